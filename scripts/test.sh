@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The whole test suite, with all its set-up. Docker tests fail (never skip) when no daemon answers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export DO_NOT_TRACK=1 SWERL_REQUIRE_DOCKER=1
+exec .venv/bin/python -m pytest tests "$@"

@@ -1,0 +1,230 @@
+"""The `swerl` command."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from swerl.cli.progress import bar
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Train software-engineering agents with RL.")
+tasks_app = typer.Typer(no_args_is_help=True, help="Task sets: validation.")
+images_app = typer.Typer(no_args_is_help=True, help="Environment images: build, list, prune.")
+demo_app = typer.Typer(no_args_is_help=True, help="The embedded demo tasks.")
+sandbox_app = typer.Typer(no_args_is_help=True, help="Sandbox housekeeping.")
+app.add_typer(tasks_app, name="tasks")
+app.add_typer(images_app, name="images")
+app.add_typer(demo_app, name="demo")
+app.add_typer(sandbox_app, name="sandbox")
+
+console = Console(stderr=True)
+
+TasksOpt = typer.Option(..., "--tasks", help="Task file: .jsonl, .json, .parquet, or a saved Hugging Face dataset folder.")
+ReposOpt = typer.Option(None, "--repos", help="Mirror folder holding repositories as <owner>__<name>.")
+CaOpt = typer.Option(None, "--ca-cert", help="Extra CA certificate (PEM) for builds; repeat for more. Default: the host's bundle.")
+SkipOpt = typer.Option(False, "--skip-invalid", help="Load the valid records and report the invalid ones instead of stopping.")
+ParallelOpt = typer.Option(2, "--concurrency", "-j", min=1, max=64, help="Builds / sandboxes at once.")
+LogDirOpt = typer.Option(Path(".swerl/logs"), "--log-dir", help="Build and grading logs go here.")
+
+
+def _fail(message: str, code: int = 2) -> None:
+    console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def _load(path: Path, skip_invalid: bool, split: str | None = None):
+    from swerl.data.loaders import TaskLoadError, load_tasks
+
+    try:
+        task_set = load_tasks(path, skip_invalid=skip_invalid, split=split)
+    except TaskLoadError as e:
+        _fail(str(e))
+    for err in task_set.errors:
+        console.print(f"[yellow]skipped[/] {err}")
+    if not task_set.tasks:
+        _fail(f"no valid task in {path}")
+    return task_set.tasks
+
+
+def _docker_ready() -> None:
+    from swerl.envs.docker_client import DockerUnavailableError, docker_client
+    from swerl.envs.docker_sandbox import reap_containers
+
+    try:
+        docker_client()
+    except DockerUnavailableError as e:
+        _fail(str(e))
+    reaped = reap_containers()
+    if reaped:
+        console.print(f"reaped {len(reaped)} container(s) left by crashed runs")
+
+
+def _image_config(repos: Path | None, ca_cert: list[Path] | None, concurrency: int, log_dir: Path, github: bool = False):
+    from swerl.envs.images import ImageConfig
+
+    return ImageConfig(repos_dir=repos, extra_ca_certs=ca_cert or None, max_parallel=concurrency,
+                       log_dir=log_dir / "builds", github=github)
+
+
+def _build(tasks, config) -> dict:
+    from swerl.envs.images import ImageBuilder
+
+    outcomes = {}
+    with bar("building images", len(tasks)) as advance:
+        for o in ImageBuilder(config).build_all(tasks, progress=lambda o: advance(o.instance_id)):
+            outcomes[o.instance_id] = o
+            if o.error:
+                console.print(f"[red]build failed[/] {o.instance_id}: {o.error}")
+    return outcomes
+
+
+@images_app.command("build")
+def images_build(
+    tasks: Path = TasksOpt, repos: Optional[Path] = ReposOpt, ca_cert: Optional[list[Path]] = CaOpt,
+    concurrency: int = ParallelOpt, log_dir: Path = LogDirOpt, skip_invalid: bool = SkipOpt,
+    github: bool = typer.Option(False, "--github", help="Clone repositories missing from --repos from GitHub."),
+    manifest: Path = typer.Option(Path(".swerl/images.json"), "--manifest", help="Where the task -> image map is written."),
+) -> None:
+    """Build base, environment and instance images for a task set (cached by content hash)."""
+    from swerl.envs.images import write_manifest
+
+    _docker_ready()
+    task_list = _load(tasks, skip_invalid)
+    outcomes = _build(task_list, _image_config(repos, ca_cert, concurrency, log_dir, github))
+    write_manifest(list(outcomes.values()), manifest)
+    failed = [o for o in outcomes.values() if o.error]
+    console.print(f"{len(outcomes) - len(failed)} image(s) ready, {len(failed)} failed; manifest: {manifest}")
+    raise typer.Exit(1 if failed else 0)
+
+
+@images_app.command("list")
+def images_list(kind: Optional[str] = typer.Option(None, help="base, env or instance.")) -> None:
+    """List swerl's images."""
+    from swerl.envs.images import list_images
+
+    _docker_ready()
+    table = Table("kind", "tags", "instance", "MB", "created")
+    for row in list_images(kind):
+        table.add_row(row["kind"], row["tags"], row["instance_id"], row["size_mb"], row["created"])
+    Console().print(table)
+
+
+@images_app.command("prune")
+def images_prune(kind: Optional[str] = typer.Option(None, help="Only this kind: base, env or instance.")) -> None:
+    """Remove swerl's images (instances, then environments, then bases)."""
+    from swerl.envs.images import prune_images
+
+    _docker_ready()
+    removed = prune_images(kind)
+    console.print(f"removed {len(removed)} image(s)")
+
+
+@tasks_app.command("validate")
+def tasks_validate(
+    tasks: Path = TasksOpt, repos: Optional[Path] = ReposOpt, ca_cert: Optional[list[Path]] = CaOpt,
+    runs: int = typer.Option(3, "--runs", min=1, max=100, help="Gold-patch runs per task (flakiness check)."),
+    out: Path = typer.Option(..., "--out", help="Where the JSON report is written."),
+    concurrency: int = ParallelOpt, log_dir: Path = LogDirOpt, skip_invalid: bool = SkipOpt,
+    timeout: float = typer.Option(900.0, "--timeout", help="Seconds allowed for one test run."),
+) -> None:
+    """Grade each task's gold patch N times and its empty patch once; report invalid and flaky tasks."""
+    from swerl.grading.grader import GradingConfig
+    from swerl.grading.validate import ValidationConfig, validate_tasks
+
+    _docker_ready()
+    task_list = _load(tasks, skip_invalid)
+    outcomes = _build(task_list, _image_config(repos, ca_cert, concurrency, log_dir))
+    config = ValidationConfig(runs=runs, concurrency=concurrency, grading=GradingConfig(
+        run_tests_without_patch=True, log_dir=log_dir / "validate", test_timeout_s=timeout))
+    config.grading.sandbox.run_id = f"validate-{uuid.uuid4().hex[:8]}"
+    with bar("grading", len(task_list) * (runs + 1)) as advance:
+        report = validate_tasks(
+            task_list, {i: o.image if o.ok else None for i, o in outcomes.items()}, config,
+            build_errors={i: o.error for i, o in outcomes.items() if o.error},
+            progress=lambda r: advance(r.instance_id),
+        )
+    report.write(out)
+    table = Table("instance_id", "valid", "gold", "empty", "reason")
+    for v in report.tasks:
+        table.add_row(v.instance_id, "yes" if v.valid else "[red]no[/]", f"{sum(v.gold_resolved)}/{len(v.gold_resolved)}",
+                      "resolved" if v.empty_resolved else "unresolved", v.reason[:120])
+    Console(stderr=True).print(table)
+    console.print(f"{report.valid}/{report.total} task(s) valid; report: {out}")
+    raise typer.Exit(0 if report.invalid == 0 else 1)
+
+
+@app.command("grade")
+def grade(
+    tasks: Path = TasksOpt,
+    predictions: Path = typer.Option(..., "--predictions", help="SWE-bench predictions JSONL: instance_id, model_name_or_path, model_patch."),
+    repos: Optional[Path] = ReposOpt, ca_cert: Optional[list[Path]] = CaOpt,
+    out: Path = typer.Option(..., "--out", help="RESULTS.jsonl: one line per prediction."),
+    concurrency: int = ParallelOpt, log_dir: Path = LogDirOpt, skip_invalid: bool = SkipOpt,
+    timeout: float = typer.Option(900.0, "--timeout", help="Seconds allowed for one test run."),
+) -> None:
+    """Grade predictions, each in a fresh sandbox; write one result line per prediction."""
+    from swerl.grading.grader import GradingConfig, grade_many
+    from swerl.grading.predictions import read_predictions
+    from swerl.grading.results import FailureClass, GradeResult
+
+    _docker_ready()
+    by_id = {t.instance_id: t for t in _load(tasks, skip_invalid)}
+    preds, bad = read_predictions(predictions)
+    for line in bad:
+        console.print(f"[yellow]skipped[/] {line}")
+    unknown = [p for p in preds if p.instance_id not in by_id]
+    known = [p for p in preds if p.instance_id in by_id]
+    wanted = list({p.instance_id: by_id[p.instance_id] for p in known}.values())
+    outcomes = _build(wanted, _image_config(repos, ca_cert, concurrency, log_dir)) if wanted else {}
+    config = GradingConfig(log_dir=log_dir / "grade", test_timeout_s=timeout)
+    config.sandbox.run_id = f"grade-{uuid.uuid4().hex[:8]}"
+    jobs = [(by_id[p.instance_id], p.model_patch, outcomes[p.instance_id].image if outcomes[p.instance_id].ok else None,
+             p.model_name_or_path) for p in known]
+    with bar("grading", len(jobs)) as advance:
+        results = grade_many(jobs, config, concurrency=concurrency, progress=lambda r: advance(r.instance_id))
+    for p in unknown:
+        results.append(GradeResult(instance_id=p.instance_id, model_name_or_path=p.model_name_or_path, resolved=False,
+                                   failure_class=FailureClass.INFRA_ERROR, reason=f"instance_id {p.instance_id!r} is not in {tasks}"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as f:
+        for r in results:
+            f.write(r.model_dump_json() + "\n")
+    resolved = sum(r.resolved for r in results)
+    counts: dict[str, int] = {}
+    for r in results:
+        key = r.failure_class.value if r.failure_class else "resolved"
+        counts[key] = counts.get(key, 0) + 1
+    console.print(f"resolved {resolved}/{len(results)}  {json.dumps(counts)}  results: {out}")
+
+
+@demo_app.command("materialize")
+def demo_materialize(out: Path = typer.Option(Path(".swerl/demo"), "--out", help="Folder for repos/ and tasks.jsonl.")) -> None:
+    """Write the demo tasks (tasks.jsonl) and their git repositories (repos/)."""
+    from swerl.demo import materialize_demo
+
+    demo = materialize_demo(out)
+    console.print(f"{len(demo.instance_ids)} demo task(s): --tasks {demo.tasks_file} --repos {demo.repos_dir}")
+
+
+@sandbox_app.command("reap")
+def sandbox_reap(everything: bool = typer.Option(False, "--all", help="Remove every swerl container, live owners too.")) -> None:
+    """Remove containers left by crashed runs (dead owner or past their lifetime)."""
+    from swerl.envs.docker_sandbox import reap_containers
+
+    removed = reap_containers(everything=everything)
+    console.print(f"removed {len(removed)} container(s)")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

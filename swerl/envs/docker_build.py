@@ -1,0 +1,68 @@
+"""Build one image from a context on disk, streaming the daemon's log to a file."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections import deque
+from pathlib import Path
+
+from swerl.envs.docker_client import docker_client
+
+LOG_TAIL_LINES = 30
+
+
+class ImageBuildError(RuntimeError):
+    """The daemon refused or failed a build; the message carries the tail of its log."""
+
+    def __init__(self, tag: str, reason: str, log_path: Path, tail: list[str]):
+        self.tag, self.reason, self.log_path, self.tail = tag, reason, log_path, tail
+        shown = "".join(tail).rstrip()
+        super().__init__(f"building {tag} failed: {reason.strip()} (full log: {log_path})\n--- last lines ---\n{shown}")
+
+
+def context_tar(root: Path | None, extra: dict[str, bytes]) -> io.BytesIO:
+    """A tar of ``root`` (if any) plus in-memory files such as the Dockerfile."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        if root is not None:
+            for child in sorted(root.iterdir()):
+                tf.add(child, arcname=child.name)
+        for name, data in extra.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tf.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    return buf
+
+
+def build_image(dockerfile: str, tag: str, log_path: Path, *, context: Path | None = None,
+                files: dict[str, bytes] | None = None, labels: dict[str, str] | None = None) -> str:
+    """Build ``tag`` and return its image id; raise ImageBuildError with the log's tail."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+    payload = dict(files or {})
+    payload["Dockerfile"] = dockerfile.encode()
+    client = docker_client()
+    error = None
+    with log_path.open("a") as log:
+        log.write(f"=== building {tag}\n{dockerfile}\n===\n")
+        try:
+            for chunk in client.api.build(
+                fileobj=context_tar(context, payload), custom_context=True, tag=tag, rm=True, forcerm=True,
+                decode=True, labels=labels or {},
+            ):
+                text = chunk.get("stream") or ""
+                if "error" in chunk:
+                    error = chunk["error"]
+                    text = f"ERROR: {error}\n"
+                if text:
+                    log.write(text)
+                    tail.extend(text.splitlines(keepends=True))
+        except Exception as e:  # the daemon can also fail the request itself
+            error = f"{type(e).__name__}: {e}"
+            log.write(f"ERROR: {error}\n")
+    if error:
+        raise ImageBuildError(tag, error, log_path, list(tail))
+    return client.images.get(tag).id

@@ -1,0 +1,270 @@
+"""Docker implementation of the Sandbox: limits, no network, real timeouts, guaranteed cleanup.
+
+Cleanup has three layers: the context manager removes the container; the container's
+PID 1 is ``sleep <lifetime>`` with auto-remove, so it dies on its own even when the
+Python process is SIGKILLed; and ``reap_containers`` removes what a crashed run left.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import posixpath
+import shlex
+import tarfile
+import threading
+import time
+import uuid
+from importlib import resources
+
+from docker.errors import APIError, DockerException, NotFound
+from pydantic import BaseModel, Field
+
+from swerl.envs import labels
+from swerl.envs.docker_client import docker_client
+from swerl.envs.sandbox import ExecResult, SandboxError
+
+RUNNER_DIR = "/opt/swerl"
+RUNNER = f"{RUNNER_DIR}/swerl_exec.py"
+HOST_GRACE_S = 15.0
+PYTHON_CANDIDATES = ("/usr/bin/python3", "/usr/local/bin/python3", "/opt/conda/bin/python3", "/opt/venv/bin/python3")
+
+
+class DockerSandboxConfig(BaseModel):
+    """Resource limits and behaviour of one sandbox container."""
+
+    memory: str = Field("2g", pattern=r"^\d+[kmg]?$", description="Memory limit (swap disabled), docker syntax: 512m, 2g.")
+    cpus: float = Field(1.0, gt=0, le=64, description="CPU quota in cores.")
+    pids_limit: int = Field(512, ge=16, le=65536, description="Most processes alive at once (stops fork bombs).")
+    network: bool = Field(False, description="Give the container a network; off by default.")
+    workdir: str = Field("/testbed", description="Repository location and default working directory.")
+    default_timeout_s: float = Field(180.0, gt=0, le=86400, description="Timeout of exec when none is given.")
+    output_limit_bytes: int = Field(64_000, ge=1_000, le=64_000_000, description="Output kept per exec (head + tail).")
+    lifetime_s: int = Field(7200, ge=60, le=7 * 86400, description="The container removes itself after this long, whatever happens.")
+    run_id: str | None = Field(None, description="Label tying containers to one run, for reaping and leak checks.")
+
+
+_slots_lock = threading.Lock()
+_slots: dict[int, threading.BoundedSemaphore] = {}
+
+
+def concurrency_slots(limit: int) -> threading.BoundedSemaphore:
+    """One process-wide semaphore per limit, shared by every sandbox asking for it."""
+    with _slots_lock:
+        return _slots.setdefault(limit, threading.BoundedSemaphore(limit))
+
+
+def _runner_source() -> bytes:
+    return resources.files("swerl.envs").joinpath("resources/swerl_exec.py").read_bytes()
+
+
+def _tar_one(name: str, data: bytes, mode: int) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+        tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class DockerSandbox:
+    """One container from an image; use as a context manager."""
+
+    def __init__(self, image: str, config: DockerSandboxConfig | None = None, *,
+                 slots: threading.BoundedSemaphore | None = None, base_commit: str | None = None):
+        self.image = image
+        self.config = config or DockerSandboxConfig()
+        self.base_commit = base_commit
+        self._slots = slots
+        self._container = None
+        self._python: str | None = None
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------
+    def start(self) -> DockerSandbox:
+        if self._slots is not None:
+            self._slots.acquire()
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _start(self) -> None:
+        cfg = self.config
+        lbl = labels.owner_labels(cfg.run_id)
+        lbl[labels.EXPIRES_AT] = str(int(time.time()) + cfg.lifetime_s)
+        lbl[labels.KIND] = "sandbox"
+        try:
+            self._container = docker_client().containers.run(
+                self.image, command=["sleep", str(cfg.lifetime_s)], detach=True, init=True, auto_remove=True,
+                network_mode="bridge" if cfg.network else "none", mem_limit=cfg.memory, memswap_limit=cfg.memory,
+                nano_cpus=int(cfg.cpus * 1e9), pids_limit=cfg.pids_limit, labels=lbl, working_dir=cfg.workdir,
+                security_opt=["no-new-privileges"], name=f"swerl-{uuid.uuid4().hex[:12]}",
+            )
+        except DockerException as e:
+            raise SandboxError(f"cannot start a container from {self.image}: {e}") from e
+        if not self._mkdir(RUNNER_DIR) or not self._container.put_archive(RUNNER_DIR, _tar_one("swerl_exec.py", _runner_source(), 0o755)):
+            raise SandboxError(f"cannot install the command runner in a container of {self.image}")
+        self._python = self._find_python()
+        if self.base_commit is None:
+            head = self._raw(["git", "-C", cfg.workdir, "rev-parse", "HEAD"])
+            self.base_commit = head.strip() if len(head.strip()) == 40 else None
+
+    def _raw(self, argv: list[str]) -> str:
+        code, out = self._container.exec_run(argv, demux=False)
+        return (out or b"").decode("utf-8", "replace") if code == 0 else ""
+
+    def _mkdir(self, path: str) -> bool:
+        code, _ = self._container.exec_run(["mkdir", "-p", path])
+        return code == 0
+
+    def _find_python(self) -> str:
+        probe = " || ".join(f"test -x {p} && echo {p}" for p in PYTHON_CANDIDATES) + " || command -v python3"
+        found = self._raw(["sh", "-c", probe]).strip().splitlines()
+        if not found:
+            raise SandboxError(f"image {self.image} has no python3; the sandbox runner needs one")
+        return found[0]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._container is not None:
+                try:
+                    self._container.remove(force=True)
+                except NotFound:
+                    pass
+                except APIError as e:
+                    if "in progress" not in str(e):
+                        raise
+        finally:
+            if self._slots is not None:
+                self._slots.release()
+
+    def __enter__(self) -> DockerSandbox:
+        return self if self._container is not None else self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def container_id(self) -> str:
+        return self._container.id if self._container is not None else ""
+
+    # -- commands ------------------------------------------------------------------
+    def exec(self, cmd: str, timeout: float | None = None, *, cwd: str | None = None,
+             env: dict[str, str] | None = None) -> ExecResult:
+        if self._container is None or self._closed:
+            raise SandboxError("exec on a sandbox that is not running; use it inside `with`")
+        timeout = self.config.default_timeout_s if timeout is None else timeout
+        tag = uuid.uuid4().hex
+        payload = json.dumps({"cmd": cmd, "timeout": timeout, "limit": self.config.output_limit_bytes,
+                              "tag": tag, "cwd": cwd or self.config.workdir, "env": env or {}})
+        result: dict = {}
+
+        def run() -> None:
+            try:
+                result["raw"] = self._container.exec_run([self._python, "-I", "-S", RUNNER, payload], demux=False)
+            except Exception as e:  # surfaced below as an infrastructure error
+                result["error"] = e
+
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        worker.join(timeout + HOST_GRACE_S)
+        if worker.is_alive():  # the runner itself is stuck: kill from outside, then give up on the container
+            self._container.exec_run([self._python, "-I", "-S", RUNNER, json.dumps({"kill_tag": tag})])
+            worker.join(HOST_GRACE_S)
+            if worker.is_alive():
+                self.close()
+                raise SandboxError(f"command did not stop {timeout + 2 * HOST_GRACE_S:.0f}s after its timeout; sandbox removed")
+        if "error" in result:
+            raise SandboxError(f"docker exec failed: {result['error']}") from result["error"]
+        code, out = result["raw"]
+        text = (out or b"").decode("utf-8", "replace").strip().splitlines()
+        try:
+            data = json.loads(text[-1])
+        except (IndexError, json.JSONDecodeError) as e:
+            raise SandboxError(f"sandbox runner failed (exit {code}): {' '.join(text)[-500:]}") from e
+        return ExecResult(command=cmd, **data)
+
+    # -- files ---------------------------------------------------------------------
+    def _abs(self, path: str) -> str:
+        return path if path.startswith("/") else posixpath.join(self.config.workdir, path)
+
+    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        path = self._abs(path)
+        blob = data.encode() if isinstance(data, str) else data
+        parent, name = posixpath.split(path)
+        if not self._mkdir(parent) or not self._container.put_archive(parent, _tar_one(name, blob, mode)):
+            raise SandboxError(f"cannot write {path} in the sandbox")
+
+    def read_file(self, path: str, max_bytes: int = 64_000_000) -> bytes:
+        path = self._abs(path)
+        try:
+            stream, stat = self._container.get_archive(path)
+        except NotFound as e:
+            raise FileNotFoundError(f"{path} does not exist in the sandbox") from e
+        if stat.get("size", 0) > max_bytes:
+            raise SandboxError(f"{path} is {stat['size']} bytes, over the {max_bytes}-byte read limit")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tf:
+            member = tf.next()
+            if member is None or not member.isfile():
+                raise IsADirectoryError(f"{path} is not a regular file")
+            return tf.extractfile(member).read()
+
+    def diff(self) -> str:
+        """Tracked and untracked changes against base_commit, through a throw-away index."""
+        base = self.base_commit or "HEAD"
+        out = "/tmp/.swerl-diff.patch"
+        git = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false"
+        script = (
+            f"idx=$(mktemp) && cp .git/index $idx 2>/dev/null; "
+            f"GIT_INDEX_FILE=$idx {git} add -A . >/dev/null 2>&1 && "
+            f"GIT_INDEX_FILE=$idx {git} diff --cached --binary --no-ext-diff --no-textconv --no-color {shlex.quote(base)} > {out}; "
+            f"rc=$?; rm -f $idx; exit $rc"
+        )
+        res = self.exec(script, timeout=120, cwd=self.config.workdir)
+        if res.exit_code != 0:
+            raise SandboxError(f"git diff against {base} failed: {res.output[-500:]}")
+        return self.read_file(out).decode("utf-8", "surrogateescape")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def reap_containers(*, run_id: str | None = None, everything: bool = False) -> list[str]:
+    """Remove swerl containers whose owner died, whose lifetime passed, or (with ``run_id``) of one run."""
+    import socket
+
+    host, now, removed = socket.gethostname(), time.time(), []
+    for c in docker_client().containers.list(all=True, filters={"label": f"{labels.MANAGED}=1"}):
+        lbl = c.labels
+        dead_owner = lbl.get(labels.OWNER_HOST) == host and not _pid_alive(int(lbl.get(labels.OWNER_PID, "0") or 0))
+        expired = float(lbl.get(labels.EXPIRES_AT, "inf")) < now
+        ours = run_id is not None and lbl.get(labels.RUN_ID) == run_id
+        if everything or dead_owner or expired or ours:
+            try:
+                c.remove(force=True)
+                removed.append(c.name)
+            except (NotFound, APIError):
+                pass
+    return removed
+
+
+def running_containers(run_id: str) -> list[str]:
+    """Names of containers still alive for ``run_id`` (leak checks)."""
+    return [c.name for c in docker_client().containers.list(all=True, filters={"label": f"{labels.RUN_ID}={run_id}"})]
+
+
+__all__ = ["DockerSandbox", "DockerSandboxConfig", "concurrency_slots", "reap_containers", "running_containers"]

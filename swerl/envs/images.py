@@ -1,0 +1,291 @@
+"""Image layers base -> environment -> instance, each tagged by the hash of what goes in it.
+
+Identical environments (same Python, packages, set-up commands, CA certificates) hash
+the same and are built once; an instance image adds the repository at base_commit in
+/testbed and its install step. A task with a prebuilt ``docker_image`` is used as is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import tempfile
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from docker.errors import APIError, ImageNotFound
+from pydantic import BaseModel, Field
+
+from swerl.data.task import Task
+from swerl.envs import labels
+from swerl.envs.base_image import BaseImageConfig, BaseImageError, base_tag, ensure_base_image
+from swerl.envs.docker_build import ImageBuildError, build_image
+from swerl.envs.docker_client import docker_client
+from swerl.envs.repos import RepoNotFoundError, export_testbed, repo_source
+
+ENV_REPO = "swerl-env"
+INSTANCE_REPO = "swerl-instance"
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+VENV = "/opt/venv"
+
+
+class ImageConfig(BaseModel):
+    """How instance images are built."""
+
+    base: BaseImageConfig = Field(default_factory=BaseImageConfig, description="Where base images come from.")
+    repos_dir: Path | None = Field(None, description="Mirror folder holding repositories as <owner>__<name>.")
+    github: bool = Field(False, description="Clone repositories missing from the mirror from GitHub.")
+    extra_ca_certs: list[Path] | None = Field(
+        None, description="PEM files appended to every build's CA bundle; None adds the host's bundle when it exists."
+    )
+    max_parallel: int = Field(2, ge=1, le=64, description="Builds running at once.")
+    log_dir: Path = Field(Path(".swerl/build-logs"), description="One build log per image is kept here.")
+    force: bool = Field(False, description="Rebuild images even when their tag exists.")
+
+    def ca_certs(self) -> list[Path]:
+        if self.extra_ca_certs is None:
+            return [HOST_CA_BUNDLE] if HOST_CA_BUNDLE.is_file() else []
+        return list(self.extra_ca_certs)
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _ca_blob(config: ImageConfig) -> bytes:
+    blobs = []
+    for path in config.ca_certs():
+        if not path.is_file():
+            raise FileNotFoundError(f"extra CA certificate {path} does not exist; fix the path or drop --ca-cert")
+        blobs.append(path.read_bytes().rstrip(b"\n") + b"\n")
+    return b"".join(blobs)
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Everything that decides an environment image."""
+
+    python: str
+    pip_packages: tuple[str, ...]
+    pre_install: tuple[str, ...]
+    ca_hash: str
+
+    @property
+    def tag(self) -> str:
+        return f"{ENV_REPO}:py{self.python}-{_digest(self.python, self.pip_packages, self.pre_install, self.ca_hash)}"
+
+
+def env_spec(task: Task, ca: bytes) -> EnvSpec:
+    cfg = task.install_config
+    pip = list(cfg.pip_packages)
+    if cfg.packages and not cfg.packages.endswith((".txt", ".yml", ".yaml")):
+        pip += cfg.packages.split()
+    if not any(re.split(r"[<>=!~\[ ;]", p, maxsplit=1)[0].lower() == "pytest" for p in pip):
+        pip.append("pytest")
+    return EnvSpec(cfg.python, tuple(pip), tuple(cfg.pre_install), hashlib.sha256(ca).hexdigest()[:12])
+
+
+def env_dockerfile(spec: EnvSpec, base: str) -> str:
+    lines = [
+        f"FROM {base}",
+        "COPY extra-ca.pem /usr/local/share/swerl/extra-ca.pem",
+        "RUN cat /usr/local/share/swerl/extra-ca.pem >> /etc/ssl/certs/ca-certificates.crt",
+        "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt "
+        "REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 "
+        "PIP_ROOT_USER_ACTION=ignore PYTHONDONTWRITEBYTECODE=1",
+        f"RUN python3 -m venv {VENV}",
+        f"ENV VIRTUAL_ENV={VENV} PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    ]
+    lines += [f"RUN {cmd}" for cmd in spec.pre_install]
+    lines.append(f"RUN pip install {' '.join(shlex.quote(p) for p in spec.pip_packages)}")
+    return "\n".join(lines) + "\n"
+
+
+def instance_tag(task: Task, env_tag: str) -> str:
+    cfg = task.install_config
+    digest = _digest(env_tag, task.repo, task.base_commit, cfg.install, cfg.reqs_path, cfg.packages)
+    name = re.sub(r"[^a-z0-9_.-]", "-", task.instance_id.lower())[:100]
+    return f"{INSTANCE_REPO}:{name}-{digest[:12]}"
+
+
+def instance_dockerfile(task: Task, env_tag: str) -> str:
+    cfg = task.install_config
+    lines = [f"FROM {env_tag}", "COPY testbed /testbed", "WORKDIR /testbed"]
+    reqs = list(cfg.reqs_path) or ([cfg.packages] if cfg.packages.endswith(".txt") else [])
+    lines += [f"RUN pip install -r {shlex.quote(r)}" for r in reqs]
+    if cfg.install:
+        lines.append(f"RUN {cfg.install}")
+    lines.append("RUN git status --porcelain --untracked-files=no > /dev/null")
+    return "\n".join(lines) + "\n"
+
+
+class BuildOutcome(BaseModel):
+    """What happened to one task's image."""
+
+    instance_id: str
+    image: str | None = None
+    image_id: str | None = None
+    env_image: str | None = None
+    base_image: str | None = None
+    cached: bool = False
+    error: str | None = None
+    log_path: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _exists(tag: str) -> bool:
+    try:
+        docker_client().images.get(tag)
+        return True
+    except ImageNotFound:
+        return False
+
+
+class ImageBuilder:
+    """Builds the images of a task set, deduplicating environments, in parallel."""
+
+    def __init__(self, config: ImageConfig):
+        self.config = config
+        self._ca = _ca_blob(config)
+
+    def planned_tag(self, task: Task) -> str:
+        """The instance image a task will use, without building anything."""
+        if task.docker_image:
+            return task.docker_image
+        return instance_tag(task, env_spec(task, self._ca).tag)
+
+    def build_all(self, tasks: Sequence[Task], progress: Callable[[BuildOutcome], None] | None = None) -> list[BuildOutcome]:
+        """Build every task's image; a failed build is reported and never stops the others."""
+        outcomes: dict[str, BuildOutcome] = {}
+        envs: dict[str, tuple[EnvSpec, list[Task]]] = {}
+        for task in tasks:
+            if task.docker_image:
+                outcomes[task.instance_id] = self._prebuilt(task)
+                if progress:
+                    progress(outcomes[task.instance_id])
+                continue
+            spec = env_spec(task, self._ca)
+            envs.setdefault(spec.tag, (spec, []))[1].append(task)
+
+        env_errors: dict[str, tuple[str, str]] = {}
+        with ThreadPoolExecutor(self.config.max_parallel) as pool:
+            futures = {pool.submit(self._ensure_env, spec): tag for tag, (spec, _) in envs.items()}
+            for fut in as_completed(futures):
+                tag = futures[fut]
+                err = fut.exception()
+                if err is not None:
+                    env_errors[tag] = (str(err), str(self._log_path(tag)))
+            todo = []
+            for tag, (spec, env_tasks) in envs.items():
+                for task in env_tasks:
+                    if tag in env_errors:
+                        msg, log = env_errors[tag]
+                        outcomes[task.instance_id] = BuildOutcome(
+                            instance_id=task.instance_id, env_image=tag, error=f"environment image failed: {msg}", log_path=log
+                        )
+                        if progress:
+                            progress(outcomes[task.instance_id])
+                    else:
+                        todo.append((task, spec))
+            futures2 = {pool.submit(self._ensure_instance, task, spec): task for task, spec in todo}
+            for fut in as_completed(futures2):
+                outcome = fut.result()
+                outcomes[outcome.instance_id] = outcome
+                if progress:
+                    progress(outcome)
+        return [outcomes[t.instance_id] for t in tasks]
+
+    def _log_path(self, tag: str) -> Path:
+        return self.config.log_dir / (re.sub(r"[^A-Za-z0-9_.-]", "_", tag) + ".log")
+
+    def _prebuilt(self, task: Task) -> BuildOutcome:
+        image = task.docker_image or ""
+        try:
+            if not _exists(image):
+                repo, _, tag = image.rpartition(":") if ":" in image.split("/")[-1] else (image, "", "latest")
+                docker_client().images.pull(repo, tag=tag or "latest")
+            return BuildOutcome(instance_id=task.instance_id, image=image, image_id=docker_client().images.get(image).id, cached=True)
+        except (APIError, ImageNotFound) as e:
+            return BuildOutcome(
+                instance_id=task.instance_id, image=image,
+                error=f"prebuilt docker_image {image} is neither local nor pullable: {getattr(e, 'explanation', e)}",
+            )
+
+    def _ensure_env(self, spec: EnvSpec) -> str:
+        if _exists(spec.tag) and not self.config.force:
+            return spec.tag
+        log = self._log_path(spec.tag)
+        base = ensure_base_image(spec.python, self.config.base, self._log_path(base_tag(spec.python, self.config.base)))
+        build_image(
+            env_dockerfile(spec, base), spec.tag, log, files={"extra-ca.pem": self._ca},
+            labels={labels.MANAGED: "1", labels.KIND: "env", labels.CONTENT_HASH: spec.tag.split("-")[-1]},
+        )
+        return spec.tag
+
+    def _ensure_instance(self, task: Task, spec: EnvSpec) -> BuildOutcome:
+        tag = instance_tag(task, spec.tag)
+        log = self._log_path(tag)
+        outcome = BuildOutcome(
+            instance_id=task.instance_id, image=tag, env_image=spec.tag,
+            base_image=base_tag(spec.python, self.config.base), log_path=str(log),
+        )
+        try:
+            if _exists(tag) and not self.config.force:
+                outcome.cached = True
+            else:
+                source = repo_source(self.config.repos_dir, github=self.config.github)
+                with tempfile.TemporaryDirectory(prefix="swerl-ctx-") as ctx:
+                    export_testbed(source.locate(task.repo), task.base_commit, Path(ctx) / "testbed")
+                    build_image(
+                        instance_dockerfile(task, spec.tag), tag, log, context=Path(ctx),
+                        labels={labels.MANAGED: "1", labels.KIND: "instance", labels.INSTANCE_ID: task.instance_id},
+                    )
+            outcome.image_id = docker_client().images.get(tag).id
+        except (ImageBuildError, RepoNotFoundError, BaseImageError, RuntimeError, OSError) as e:
+            outcome.error = str(e)
+        return outcome
+
+
+def write_manifest(outcomes: Sequence[BuildOutcome], path: Path) -> None:
+    """The task -> image map that rollouts and grading read, and MLflow records as lineage."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {o.instance_id: o.model_dump() for o in outcomes}
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def list_images(kind: str | None = None) -> list[dict[str, str]]:
+    """swerl's images, newest first."""
+    filters = {"label": [f"{labels.MANAGED}=1"] + ([f"{labels.KIND}={kind}"] if kind else [])}
+    rows = []
+    for image in docker_client().images.list(filters=filters):
+        rows.append({
+            "tags": ", ".join(image.tags) or "<none>",
+            "kind": image.labels.get(labels.KIND, "?"),
+            "instance_id": image.labels.get(labels.INSTANCE_ID, ""),
+            "size_mb": f"{image.attrs.get('Size', 0) / 1e6:.0f}",
+            "created": image.attrs.get("Created", "")[:19],
+        })
+    return sorted(rows, key=lambda r: r["created"], reverse=True)
+
+
+def prune_images(kind: str | None = None, keep: Sequence[str] = ()) -> list[str]:
+    """Remove swerl's images of ``kind`` (instances first, so env layers can go too)."""
+    removed = []
+    order = [kind] if kind else ["instance", "env", "base"]
+    for k in order:
+        for image in docker_client().images.list(filters={"label": [f"{labels.MANAGED}=1", f"{labels.KIND}={k}"]}):
+            if any(t in keep for t in image.tags):
+                continue
+            try:
+                docker_client().images.remove(image.id, force=True)
+                removed.extend(image.tags or [image.id])
+            except APIError:
+                pass  # still used by a running container; the next prune gets it
+    return removed

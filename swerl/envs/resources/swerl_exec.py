@@ -1,0 +1,142 @@
+"""Runs one command inside a sandbox, so that its timeout really ends everything it started.
+
+Copied into every container at start and run with the container's own python3 (-I -S,
+standard library only). The command gets its own session and a tag in its environment;
+when it exits or times out, every process of that session or carrying the tag is
+killed, daemons included. Output is kept head and tail with a marker, so a command that
+prints gigabytes costs neither memory nor a slow socket.
+
+Prints one JSON object: exit_code, timed_out, output, total_bytes, truncated, duration_s.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+TAG_VAR = "SWERL_EXEC_TAG"
+
+
+def _environ_has_tag(pid, tag):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"{TAG_VAR}={tag}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _session_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[3])  # session id: field 6 of stat, 4th after the command name
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def kill_tagged(tag, session):
+    """SIGKILL every process in ``session`` or carrying ``tag``; repeat until none is left."""
+    me = os.getpid()
+    for _ in range(50):
+        victims = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            if pid in (me, 1):
+                continue
+            if (session is not None and _session_of(pid) == session) or _environ_has_tag(pid, tag):
+                victims.append(pid)
+        if not victims:
+            return
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.02)
+
+
+class Capture:
+    """Keeps the first and last ``limit // 2`` bytes of a stream and counts the rest."""
+
+    def __init__(self, limit):
+        self.half = max(limit // 2, 1)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, chunk):
+        self.total += len(chunk)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.half:
+                del self.tail[: len(self.tail) - self.half]
+
+    def text(self):
+        dropped = self.total - len(self.head) - len(self.tail)
+        head = self.head.decode("utf-8", "replace")
+        tail = self.tail.decode("utf-8", "replace")
+        if dropped <= 0:
+            return head + tail, False
+        return f"{head}\n[... {dropped} bytes of output truncated ...]\n{tail}", True
+
+
+def main():
+    args = json.loads(sys.argv[1])
+    if args.get("kill_tag"):
+        kill_tagged(args["kill_tag"], None)
+        print(json.dumps({"killed": True}))
+        return
+    tag, timeout, limit = args["tag"], args.get("timeout"), args["limit"]
+    env = dict(os.environ)
+    env.update(args.get("env") or {})
+    env[TAG_VAR] = tag
+    shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [shell, "-c", args["cmd"]], cwd=args.get("cwd") or "/", env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    capture = Capture(limit)
+
+    def pump():
+        fd = proc.stdout.fileno()
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return
+            capture.feed(chunk)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    timed_out = False
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        code = None
+    kill_tagged(tag, proc.pid)  # the command's session id is its pid
+    if code is None:
+        code = proc.wait()
+    reader.join(timeout=2.0)  # a grandchild holding the pipe is dead by now
+    output, truncated = capture.text()
+    print(json.dumps({
+        "exit_code": 124 if timed_out else code,
+        "timed_out": timed_out,
+        "output": output,
+        "total_bytes": capture.total,
+        "truncated": truncated,
+        "duration_s": round(time.monotonic() - start, 4),
+    }))
+
+
+if __name__ == "__main__":
+    main()

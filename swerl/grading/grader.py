@@ -1,0 +1,274 @@
+"""Grade a prediction the way an attacker cannot game: a FRESH sandbox, the agent's diff only,
+test files restored, the task's test patch, the tests, and two accounts of their outcome.
+
+Steps, each in the same new container (network off):
+1. split the agent's diff and drop every section that touches tests, test configuration,
+   interpreter hooks, ``.git`` or paths outside the repository (reported as dropped);
+2. apply the rest (``git apply``, then ``patch --fuzz`` as SWE-bench does);
+3. put every file of the test patch back to base_commit, then apply the test patch;
+4. run the test command with a hard timeout that kills the whole process tree;
+5. parse the log with the task's parser and, for pytest, compare with the report of a
+   plugin whose module name is random per run: a forged "PASSED" line disagrees with it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from pathlib import Path
+
+from docker.errors import DockerException
+from pydantic import BaseModel, Field
+
+from swerl.data.task import Task
+from swerl.envs.docker_sandbox import DockerSandbox, DockerSandboxConfig, concurrency_slots
+from swerl.envs.sandbox import SandboxError
+from swerl.grading.diffs import DiffParseError, join_diff, split_diff
+from swerl.grading.log_parsers import FAILING, PASSING, UnknownLogParserError, get_log_parser
+from swerl.grading.protected import ProtectedPathsConfig, filter_sections
+from swerl.grading.results import FailureClass, GradeResult, TestDetail
+
+WORK = "/tmp/swerl-grade"
+
+
+class GradingConfig(BaseModel):
+    """How predictions are graded."""
+
+    test_timeout_s: float = Field(900.0, gt=0, le=86400, description="Hard limit on the test command; the process tree is killed after it.")
+    sandbox: DockerSandboxConfig = Field(
+        default_factory=lambda: DockerSandboxConfig(output_limit_bytes=4_000_000),
+        description="Container limits for grading sandboxes (network off).",
+    )
+    protected: ProtectedPathsConfig = Field(default_factory=ProtectedPathsConfig, description="Diff sections never applied.")
+    infra_retries: int = Field(1, ge=0, le=5, description="Fresh-sandbox retries after an infrastructure error.")
+    log_dir: Path | None = Field(None, description="Where each grading's patch, test log and report are kept.")
+    run_tests_without_patch: bool = Field(False, description="Run the tests even for an empty patch (task validation).")
+
+
+def changed_by_test_patch(task: Task) -> set[str]:
+    try:
+        return {p for s in split_diff(task.test_patch) for p in s.paths}
+    except DiffParseError:
+        return set()
+
+
+def select_test_files(task: Task) -> list[str]:
+    """Test files given to the test command: those of the test patch and of the listed tests."""
+    files = {p for p in changed_by_test_patch(task) if p.endswith(".py")}
+    for test in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]:
+        head = test.split("::", 1)[0]
+        if "::" in test and head.endswith(".py"):
+            files.add(head)
+    return sorted(files)
+
+
+def judge(task: Task, statuses: dict[str, str], report: dict | None, exit_code: int, is_pytest: bool) -> tuple[dict[str, TestDetail], bool, str, bool]:
+    """Decide resolution from the parsed log and pytest's own report.
+
+    Returns (per-test detail, resolved, reason, log_valid). A test missing from the log
+    or skipped is failing; a log that disagrees with the report, or a non-zero exit with
+    no failure in the log, is invalid and resolves nothing.
+    """
+    tests: dict[str, TestDetail] = {}
+    for kind, names in (("FAIL_TO_PASS", task.FAIL_TO_PASS), ("PASS_TO_PASS", task.PASS_TO_PASS)):
+        for name in names:
+            status = statuses.get(name, "MISSING")
+            tests[name] = TestDetail(expected=kind, status=status, passed=status in PASSING)
+    problems = []
+    if is_pytest:
+        if report is None or not report.get("complete"):
+            problems.append("pytest's own report is missing: the test run was cut short or tampered with")
+        else:
+            truth = report.get("tests", {})
+            for name, detail in tests.items():
+                if detail.status != "MISSING" and name in truth and (truth[name] in PASSING) != detail.passed:
+                    problems.append(f"log says {name} {detail.status} but pytest recorded {truth[name]}")
+                if detail.passed and name not in truth:
+                    problems.append(f"log says {name} passed but pytest never ran it")
+    if exit_code != 0 and not any(s in FAILING for s in statuses.values()):
+        problems.append(f"test command exited {exit_code} while the log shows no failure")
+    log_valid = not problems
+    failing = [n for n, d in tests.items() if not d.passed]
+    resolved = log_valid and not failing
+    if not log_valid:
+        reason = "; ".join(problems[:5])
+    elif failing:
+        reason = f"{len(failing)} test(s) not passing: " + ", ".join(f"{n} ({tests[n].status})" for n in failing[:5])
+    else:
+        reason = "all FAIL_TO_PASS and PASS_TO_PASS tests pass"
+    return tests, resolved, reason, log_valid
+
+
+def _plugin_source() -> bytes:
+    return resources.files("swerl.grading").joinpath("resources/swerl_pytest_report.py").read_bytes()
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^\w.-]", "_", name)[:120]
+
+
+class _Logs:
+    def __init__(self, root: Path | None):
+        self.root = root
+        if root is not None:
+            root.mkdir(parents=True, exist_ok=True)
+
+    def write(self, name: str, text: str) -> None:
+        if self.root is not None:
+            (self.root / name).write_text(text, errors="replace")
+
+
+def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingConfig, logs: _Logs) -> GradeResult:
+    result = GradeResult(instance_id=task.instance_id, resolved=False, image=sandbox.image)
+    base = shlex.quote(task.base_commit)
+    try:
+        parser = get_log_parser(task.install_config.log_parser)
+    except UnknownLogParserError as e:
+        result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
+        return result
+    no_patch = not (patch or "").strip()
+    if no_patch and not config.run_tests_without_patch:
+        result.failure_class, result.reason = FailureClass.NO_PATCH, "the prediction has an empty patch"
+        return result
+
+    sandbox.exec(f"mkdir -p {WORK}", timeout=30)
+    if not no_patch:
+        try:
+            kept, dropped = filter_sections(split_diff(patch), changed_by_test_patch(task), config.protected)
+        except DiffParseError as e:
+            result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch is not a valid diff: {e}"
+            return result
+        result.dropped_files = dropped
+        if not kept:
+            result.failure_class = FailureClass.NO_PATCH
+            result.reason = "every file of the patch was dropped: " + "; ".join(f"{p}: {r}" for p, r in dropped.items())
+            if not config.run_tests_without_patch:
+                return result
+        else:
+            applied = join_diff(kept)
+            logs.write("applied.diff", applied)
+            sandbox.write_file(f"{WORK}/agent.patch", applied)
+            res = sandbox.exec(
+                f"if git apply --verbose --whitespace=nowarn {WORK}/agent.patch; then echo '@@via git apply'; "
+                f"elif patch --dry-run --batch --fuzz=5 -p1 -i {WORK}/agent.patch >/dev/null && "
+                f"patch --batch --fuzz=5 -p1 --no-backup-if-mismatch -i {WORK}/agent.patch; then echo '@@via patch'; "
+                "else exit 1; fi",
+                timeout=120,
+            )
+            logs.write("apply.log", res.output)
+            if res.exit_code != 0:
+                result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch does not apply: {res.output[-800:]}"
+                return result
+            result.applied_with = "patch" if "@@via patch" in res.output else "git apply"
+
+    restore = " ".join(shlex.quote(p) for p in sorted(changed_by_test_patch(task)))
+    if restore:
+        res = sandbox.exec(
+            f"for f in {restore}; do if git cat-file -e {base}:\"$f\" 2>/dev/null; then git checkout -q {base} -- \"$f\"; "
+            f"else rm -rf -- \"$f\"; fi; done",
+            timeout=120,
+        )
+        if res.exit_code != 0:
+            raise SandboxError(f"restoring test files failed: {res.output[-500:]}")
+    if task.test_patch.strip():
+        sandbox.write_file(f"{WORK}/test.patch", task.test_patch)
+        res = sandbox.exec(f"git apply --verbose {WORK}/test.patch", timeout=120)
+        if res.exit_code != 0:
+            result.failure_class = FailureClass.INFRA_ERROR
+            result.reason = f"the task's test patch does not apply to base_commit (task is broken): {res.output[-500:]}"
+            return result
+
+    nonce = uuid.uuid4().hex[:16]
+    plugin_dir, report_path = f"{WORK}/plug-{nonce}", f"{WORK}/report-{nonce}.json"
+    sandbox.write_file(f"{plugin_dir}/swerl_report_{nonce}.py", _plugin_source())
+    test_cmd = task.install_config.test_cmd
+    is_pytest = "pytest" in test_cmd
+    script = "\n".join([
+        "export PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1",
+        f"export SWERL_REPORT_PATH={report_path}",
+        f"export PYTHONPATH={plugin_dir}${{PYTHONPATH:+:$PYTHONPATH}}",
+        f'export PYTEST_ADDOPTS="-p swerl_report_{nonce} ${{PYTEST_ADDOPTS:-}}"',
+        *task.install_config.eval_commands,
+        f"cd {sandbox.config.workdir}",
+        f"{test_cmd} {' '.join(shlex.quote(t) for t in select_test_files(task))}",
+    ])
+    run = sandbox.exec(script, timeout=config.test_timeout_s)
+    logs.write("test_output.txt", run.output)
+    result.test_exit_code = run.exit_code
+    if run.timed_out:
+        result.failure_class = FailureClass.TIMEOUT
+        result.reason = f"tests did not finish within {config.test_timeout_s:.0f}s; every process they started was killed"
+        return result
+    try:
+        report = json.loads(sandbox.read_file(report_path)) if is_pytest else None
+    except (FileNotFoundError, json.JSONDecodeError, SandboxError):
+        report = None
+    logs.write("report.json", json.dumps(report, indent=1))
+    statuses = parser(run.output)
+    if run.truncated:
+        # the middle of a huge log is gone: trust pytest's report for tests the log lost
+        statuses = {**{k: v for k, v in (report or {}).get("tests", {}).items()}, **statuses}
+    result.tests, resolved, reason, result.log_valid = judge(task, statuses, report, run.exit_code, is_pytest)
+    if no_patch or not result.tests:
+        result.resolved = False
+    else:
+        result.resolved = resolved
+    if result.failure_class is None and not result.resolved:
+        result.failure_class = FailureClass.NO_PATCH if no_patch else FailureClass.TESTS_FAILED
+    result.reason = reason if not result.reason else f"{result.reason}; {reason}"
+    return result
+
+
+def grade_prediction(task: Task, patch: str | None, image: str, config: GradingConfig, *,
+                     model_name: str = "", slots: threading.BoundedSemaphore | None = None,
+                     log_subdir: str | None = None) -> GradeResult:
+    """Grade ``patch`` for ``task`` in a fresh sandbox of ``image``; never raises for bad input."""
+    start = time.monotonic()
+    logs = _Logs(config.log_dir / task.instance_id / (log_subdir or _safe(model_name or "prediction"))
+                 if config.log_dir else None)
+    logs.write("patch.diff", patch or "")
+    result: GradeResult | None = None
+    attempts = 0
+    for attempts in range(1, config.infra_retries + 2):
+        try:
+            with DockerSandbox(image, config.sandbox, slots=slots, base_commit=task.base_commit) as sandbox:
+                result = _grade_in(sandbox, task, patch or "", config, logs)
+            if result.failure_class is not FailureClass.INFRA_ERROR or "test patch" in result.reason:
+                break
+        except (SandboxError, DockerException, OSError) as e:
+            result = GradeResult(instance_id=task.instance_id, resolved=False, image=image,
+                                 failure_class=FailureClass.INFRA_ERROR, reason=f"{type(e).__name__}: {e}")
+    assert result is not None
+    result.model_name_or_path, result.attempts = model_name, attempts
+    result.duration_s = round(time.monotonic() - start, 3)
+    result.log_dir = str(logs.root) if logs.root else None
+    logs.write("result.json", result.model_dump_json(indent=1))
+    return result
+
+
+def grade_many(jobs: Sequence[tuple[Task, str | None, str | None, str]], config: GradingConfig, *, concurrency: int = 2,
+               progress: Callable[[GradeResult], None] | None = None) -> list[GradeResult]:
+    """Grade (task, patch, image, model_name) jobs in parallel; a job without an image is an infra error."""
+    slots = concurrency_slots(concurrency)
+
+    def one(job: tuple[Task, str | None, str | None, str], index: int) -> GradeResult:
+        task, patch, image, model = job
+        if image is None:
+            res = GradeResult(instance_id=task.instance_id, model_name_or_path=model, resolved=False,
+                              failure_class=FailureClass.INFRA_ERROR, reason="no image could be built for this task")
+        else:
+            res = grade_prediction(task, patch, image, config, model_name=model, slots=slots,
+                                   log_subdir=f"{_safe(model or 'prediction')}-{index}")
+        if progress:
+            progress(res)
+        return res
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        return list(pool.map(one, jobs, range(len(jobs))))

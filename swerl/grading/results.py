@@ -1,0 +1,56 @@
+"""What grading says about one prediction."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, Field
+
+
+class FailureClass(str, Enum):
+    """Why a prediction is not resolved. ``infra_error`` is never the agent's fault."""
+
+    NO_PATCH = "no_patch"
+    APPLY_FAILED = "apply_failed"
+    TIMEOUT = "timeout"
+    TESTS_FAILED = "tests_failed"
+    INFRA_ERROR = "infra_error"
+
+
+class TestDetail(BaseModel):
+    """One FAIL_TO_PASS or PASS_TO_PASS test after grading."""
+
+    expected: str = Field(description="FAIL_TO_PASS or PASS_TO_PASS.")
+    status: str = Field(description="PASSED, FAILED, ERROR, SKIPPED, XFAIL, or MISSING when absent from the log.")
+    passed: bool
+
+
+class Prediction(BaseModel):
+    """SWE-bench's predictions format."""
+
+    instance_id: str = Field(min_length=1)
+    model_name_or_path: str = ""
+    model_patch: str | None = ""
+
+
+class GradeResult(BaseModel):
+    """The graded outcome of one prediction (one JSON line of RESULTS.jsonl)."""
+
+    instance_id: str
+    model_name_or_path: str = ""
+    resolved: bool
+    failure_class: FailureClass | None = Field(None, description="None exactly when resolved.")
+    reason: str = ""
+    tests: dict[str, TestDetail] = Field(default_factory=dict)
+    dropped_files: dict[str, str] = Field(default_factory=dict, description="Diff sections not applied, with why.")
+    applied_with: str | None = None
+    test_exit_code: int | None = None
+    log_valid: bool = True
+    image: str | None = None
+    duration_s: float = 0.0
+    attempts: int = 1
+    log_dir: str | None = None
+
+    @property
+    def is_infra_error(self) -> bool:
+        return self.failure_class is FailureClass.INFRA_ERROR

@@ -1,0 +1,73 @@
+"""Shared fixtures: a Docker daemon (required: tests fail, never skip, without one), the demo
+tasks materialised once per session, and their images built once per session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("DO_NOT_TRACK", "1")
+
+
+@pytest.fixture(scope="session")
+def docker_ready() -> None:
+    from swerl.envs.docker_client import DockerUnavailableError, docker_client
+
+    try:
+        docker_client()
+    except DockerUnavailableError as e:
+        pytest.fail(f"this test needs Docker: {e}")
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory):
+    from swerl.demo import materialize_demo
+
+    return materialize_demo(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.fixture(scope="session")
+def demo_tasks(demo):
+    from swerl.data.loaders import load_tasks
+
+    return {t.instance_id: t for t in load_tasks(demo.tasks_file).tasks}
+
+
+@pytest.fixture(scope="session")
+def build_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("builds")
+
+
+@pytest.fixture(scope="session")
+def demo_images(docker_ready, demo, demo_tasks, build_dir) -> dict[str, str]:
+    from swerl.envs.images import ImageBuilder, ImageConfig
+
+    outcomes = ImageBuilder(ImageConfig(repos_dir=demo.repos_dir, log_dir=build_dir, max_parallel=2)).build_all(list(demo_tasks.values()))
+    failed = [o for o in outcomes if not o.ok]
+    assert not failed, f"demo image builds failed: {[o.error for o in failed]}"
+    return {o.instance_id: o.image for o in outcomes}
+
+
+@pytest.fixture
+def run_id() -> str:
+    return f"test-{uuid.uuid4().hex[:8]}"
+
+
+def git_patch(repo: Path, commit: str, changes: dict[str, str | None], tmp: Path) -> str:
+    """The diff an agent would submit after writing ``changes`` (None deletes) on ``commit``."""
+    work = tmp / f"work-{uuid.uuid4().hex[:6]}"
+    subprocess.run(["git", "clone", "-q", str(repo), str(work)], check=True)
+    subprocess.run(["git", "checkout", "-q", commit], cwd=work, check=True)
+    for path, content in changes.items():
+        target = work / path
+        if content is None:
+            target.unlink()
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
+    subprocess.run(["git", "add", "-A"], cwd=work, check=True)
+    return subprocess.run(["git", "diff", "--cached", commit], cwd=work, check=True, capture_output=True, text=True).stdout
