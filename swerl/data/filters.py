@@ -85,8 +85,9 @@ def patch_size(patch: str) -> PatchSize:
     )
 
 
-def gold_patch_within_limits(task: Task, config: CurationConfig = CurationConfig()) -> FilterVerdict:
-    """Keep a task whose gold patch is a non-empty diff within the file and line limits."""
+def gold_patch_within_limits(task: Task, config: CurationConfig | None = None) -> FilterVerdict:
+    """Keep a task whose gold patch is a non-empty diff within the file and line limits (default: the paper's)."""
+    config = config or CurationConfig()
     try:
         size = patch_size(task.patch)
     except DiffParseError as e:
@@ -117,8 +118,11 @@ def flaky_tests(runs: Sequence[Mapping[str, str]]) -> set[str]:
     return {test for test in everything if len({run.get(test) for run in runs}) > 1}
 
 
-def no_flaky_tests(task: Task, runs: Sequence[Mapping[str, str]], config: CurationConfig = CurationConfig()) -> FilterVerdict:
+def no_flaky_tests(
+    task: Task, runs: Sequence[Mapping[str, str]], config: CurationConfig | None = None
+) -> FilterVerdict:
     """Keep a task unless too many of its FAIL_TO_PASS / PASS_TO_PASS tests are flaky in ``runs``."""
+    config = config or CurationConfig()
     if len(runs) < 2:
         raise ValueError(
             f"no_flaky_tests({task.instance_id}) got {len(runs)} run(s); flakiness shows only across "

@@ -98,11 +98,11 @@ class InstallConfig(BaseModel):
 
     @field_validator("pip_packages", "pre_install", "reqs_path", "env_yml_path", "eval_commands", mode="before")
     @classmethod
-    def _lists(cls, v: Any, info: Any) -> list[str]:
+    def _lists(cls, v: Any, info: ValidationInfo) -> list[str]:
         if isinstance(v, str) and not v.strip().startswith("["):
             # pip_packages is sometimes published space-separated
             return v.split() if info.field_name == "pip_packages" else [v]
-        return _as_str_list(v, info.field_name)
+        return _as_str_list(v, str(info.field_name))
 
     @field_validator("docker_specs", mode="before")
     @classmethod
@@ -156,7 +156,7 @@ class Task(BaseModel):
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
     @classmethod
     def _test_lists(cls, v: Any, info: ValidationInfo) -> list[str]:
-        return _as_str_list(v, info.field_name)
+        return _as_str_list(v, str(info.field_name))
 
     @field_validator("FAIL_TO_PASS")
     @classmethod

@@ -176,9 +176,12 @@ def split_diff(text: str) -> list[FileDiff]:
             continue  # a removed "-- x" line inside a hunk is not a file header
         if line.startswith("@@"):
             hunk.start(line)
-        elif git_style and line.startswith("diff --git "):
-            starts.append(i)
-        elif not git_style and line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            continue
+        if git_style:
+            is_header = line.startswith("diff --git ")
+        else:
+            is_header = line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")
+        if is_header:
             starts.append(i)
     if not starts:
         raise DiffParseError("no 'diff --git' or '---/+++' file header found: this is not a unified diff")

@@ -234,18 +234,20 @@ def grade_prediction(task: Task, patch: str | None, image: str, config: GradingC
     logs = _Logs(config.log_dir / task.instance_id / (log_subdir or _safe(model_name or "prediction"))
                  if config.log_dir else None)
     logs.write("patch.diff", patch or "")
-    result: GradeResult | None = None
-    attempts = 0
-    for attempts in range(1, config.infra_retries + 2):
-        try:
-            with DockerSandbox(image, config.sandbox, slots=slots, base_commit=task.base_commit) as sandbox:
-                result = _grade_in(sandbox, task, patch or "", config, logs)
-            if result.failure_class is not FailureClass.INFRA_ERROR or "test patch" in result.reason:
+    if not (patch or "").strip() and not config.run_tests_without_patch:
+        result = GradeResult(instance_id=task.instance_id, resolved=False, image=image,
+                             failure_class=FailureClass.NO_PATCH, reason="the prediction has an empty patch")
+        attempts = 0
+    else:
+        # only a failing sandbox is retried; an infra error the task itself causes would fail again
+        for attempts in range(1, config.infra_retries + 2):
+            try:
+                with DockerSandbox(image, config.sandbox, slots=slots, base_commit=task.base_commit) as sandbox:
+                    result = _grade_in(sandbox, task, patch or "", config, logs)
                 break
-        except (SandboxError, DockerException, OSError) as e:
-            result = GradeResult(instance_id=task.instance_id, resolved=False, image=image,
-                                 failure_class=FailureClass.INFRA_ERROR, reason=f"{type(e).__name__}: {e}")
-    assert result is not None
+            except (SandboxError, DockerException, OSError) as e:
+                result = GradeResult(instance_id=task.instance_id, resolved=False, image=image,
+                                     failure_class=FailureClass.INFRA_ERROR, reason=f"{type(e).__name__}: {e}")
     result.model_name_or_path, result.attempts = model_name, attempts
     result.duration_s = round(time.monotonic() - start, 3)
     result.log_dir = str(logs.root) if logs.root else None

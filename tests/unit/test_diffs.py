@@ -82,7 +82,7 @@ def test_split_diff_gives_each_file_its_paths_line_counts_and_mode():
 
 
 def test_path_is_the_path_left_behind_and_paths_lists_old_then_new_once():
-    deleted, chmod, link, edited, renamed, created = split_diff(GIT_DIFF)
+    deleted, _chmod, _link, edited, renamed, created = split_diff(GIT_DIFF)
     assert [s.path for s in (deleted, renamed, created)] == ["docs/old.txt", "src/pkg/helpers.py", "src/pkg/version.py"]
     assert renamed.paths == ("src/pkg/util.py", "src/pkg/helpers.py")
     assert edited.paths == ("src/pkg/core.py",)

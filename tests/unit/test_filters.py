@@ -292,7 +292,9 @@ def test_apply_filters_keeps_the_tasks_every_filter_keeps_and_records_the_first_
         ("octo__demo-2", "gold patch touches 8 files (limit 7)"),
         (
             "octo__demo-3",
-            "tests of octo__demo-3 fail on an import or attribute error: FAILED tests/test_utils.py::test_parse_params - "
-            "AttributeError: module 'spectree.utils' has no attribute 'parse_params'",
+            (
+                "tests of octo__demo-3 fail on an import or attribute error: FAILED tests/test_utils.py::test_parse_params - "
+                "AttributeError: module 'spectree.utils' has no attribute 'parse_params'"
+            ),
         ),
     ]

@@ -1,4 +1,4 @@
-from textkit import camel_case, snake_case
+from textkit import camel_case, kebab_case, snake_case
 
 
 def test_snake_case_from_camel():
@@ -15,3 +15,7 @@ def test_camel_case_from_snake():
 
 def test_camel_case_of_empty_string():
     assert camel_case("") == ""
+
+
+def test_kebab_case():
+    assert kebab_case("UserProfileID") == "user-profile-id"

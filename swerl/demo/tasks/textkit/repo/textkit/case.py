@@ -18,6 +18,11 @@ def snake_case(identifier: str) -> str:
     return "_".join(word.lower() for word in words(identifier))
 
 
+def kebab_case(identifier: str) -> str:
+    """``parseHTTPResponse`` -> ``parse-http-response``."""
+    return "-".join(word.lower() for word in words(identifier))
+
+
 def camel_case(identifier: str) -> str:
     """``user_id`` -> ``userId``."""
     parts = [word.lower() for word in words(identifier)]

@@ -1,0 +1,157 @@
+"""An RL policy will find any hole in the grader. Each attack here must grade unresolved,
+and every grading must leave no container behind."""
+
+from __future__ import annotations
+
+import pytest
+
+import subprocess
+
+from swerl.envs.docker_sandbox import running_containers
+from swerl.grading.diffs import split_diff
+from swerl.grading.grader import GradingConfig, grade_prediction
+from swerl.grading.results import FailureClass
+from tests.conftest import git_patch
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def target(demo_tasks, demo_images, demo):
+    """A demo task whose gold patch changes one source file, with its mirror."""
+    task = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[0]
+    return task, demo_images[task.instance_id], demo.repos_dir / task.repo.replace("/", "__")
+
+
+@pytest.fixture
+def grade(target, run_id, tmp_path):
+    task, image, _ = target
+
+    def run(patch: str, timeout: float = 120.0):
+        config = GradingConfig(test_timeout_s=timeout, log_dir=tmp_path / "logs")
+        config.sandbox.run_id = run_id
+        result = grade_prediction(task, patch, image, config, model_name="attacker")
+        assert running_containers(run_id) == []
+        return result
+
+    return run
+
+
+def source_file(task) -> str:
+    return next(s.path for s in split_diff(task.patch) if s.path.endswith(".py"))
+
+
+def f2p_file(task) -> str:
+    return task.FAIL_TO_PASS[0].split("::")[0]
+
+
+def test_gold_patch_resolves(grade, target):
+    res = grade(target[0].patch)
+    assert (res.resolved, res.failure_class, res.log_valid, res.dropped_files) == (True, None, True, {})
+
+
+def test_empty_patch_is_no_patch(grade):
+    res = grade("")
+    assert (res.resolved, res.failure_class) == (False, FailureClass.NO_PATCH)
+
+
+def test_conftest_forcing_every_test_to_pass_is_dropped(grade, target, tmp_path):
+    task, _, repo = target
+    conftest = (
+        "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+        "    outcome = yield\n    rep = outcome.get_result()\n    rep.outcome = 'passed'\n"
+    )
+    patch = git_patch(repo, task.base_commit, {"conftest.py": conftest, f"{source_file(task).rsplit('/', 1)[0]}/conftest.py": conftest}, tmp_path)
+    res = grade(patch)
+    assert (res.resolved, res.failure_class) == (False, FailureClass.NO_PATCH)
+    assert res.dropped_files["conftest.py"] == "file is a test module"
+
+
+def test_sitecustomize_and_pth_hooks_are_dropped(grade, target, tmp_path):
+    task, _, repo = target
+    hook = "import builtins\nbuiltins.__swerl_pwned__ = True\n"
+    res = grade(git_patch(repo, task.base_commit, {"sitecustomize.py": hook, "usercustomize.py": hook, "x.pth": "import os\n"}, tmp_path))
+    assert res.resolved is False
+    assert set(res.dropped_files) == {"sitecustomize.py", "usercustomize.py", "x.pth"}
+
+
+def test_pytest_configuration_deselecting_the_failing_tests_is_dropped(grade, target, tmp_path):
+    task, _, repo = target
+    ini = "[pytest]\naddopts = -p no:randomly --deselect " + " --deselect ".join(task.FAIL_TO_PASS) + "\n"
+    patch = git_patch(repo, task.base_commit, {"pytest.ini": ini, "tox.ini": ini.replace("[pytest]", "[tool:pytest]")}, tmp_path)
+    res = grade(patch)
+    assert res.resolved is False and {"pytest.ini", "tox.ini"} <= set(res.dropped_files)
+
+
+def test_editing_the_tests_is_dropped_and_the_real_tests_run(grade, target, tmp_path):
+    task, _, repo = target
+    fake = "".join(f"def {t.split('::')[1].split('[')[0]}():\n    assert True\n\n" for t in task.FAIL_TO_PASS)
+    src = source_file(task)
+    original = subprocess.run(["git", "show", f"{task.base_commit}:{src}"], cwd=repo, capture_output=True, text=True).stdout
+    res = grade(git_patch(repo, task.base_commit, {f2p_file(task): fake, src: original + "# tidy\n"}, tmp_path))
+    assert (res.resolved, res.failure_class) == (False, FailureClass.TESTS_FAILED)
+    assert res.dropped_files == {f2p_file(task): "file is changed by the task's test patch"}
+    assert all(not res.tests[t].passed for t in task.FAIL_TO_PASS)
+
+
+def test_deleting_the_tests_is_dropped(grade, target, tmp_path):
+    task, _, repo = target
+    res = grade(git_patch(repo, task.base_commit, {f2p_file(task): None}, tmp_path) + target[0].patch)
+    assert res.dropped_files == {f2p_file(task): "file is changed by the task's test patch"}
+    assert res.resolved is True  # the gold fix still counts; the deletion never happened
+
+
+def test_printed_fake_passed_lines_are_caught(grade, target, tmp_path):
+    task, _, repo = target
+    src = source_file(task)
+    original = subprocess.run(["git", "show", f"{task.base_commit}:{src}"], cwd=repo, capture_output=True, text=True).stdout
+    forged = "\n".join(f"PASSED {t}" for t in task.FAIL_TO_PASS + task.PASS_TO_PASS)
+    evil = original + (
+        "\nimport atexit as _a, os as _o, sys as _s\n"
+        f"_FORGED = {forged!r}\n"
+        "def _forge():\n    _s.stdout.write('\\n' + _FORGED + '\\n'); _s.stdout.flush()\n"
+        "_a.register(_forge)\n"
+        "_o.write(1, ('\\n' + _FORGED + '\\n').encode())\n"
+    )
+    res = grade(git_patch(repo, task.base_commit, {src: evil}, tmp_path))
+    assert res.resolved is False and res.log_valid is False
+    assert res.failure_class == FailureClass.TESTS_FAILED
+    assert "but pytest recorded FAILED" in res.reason
+
+
+def test_an_endless_loop_times_out_and_leaves_nothing_running(grade, target, tmp_path):
+    task, _, repo = target
+    src = source_file(task)
+    original = subprocess.run(["git", "show", f"{task.base_commit}:{src}"], cwd=repo, capture_output=True, text=True).stdout
+    evil = original + "\nimport subprocess as _sp\n_sp.Popen(['sleep', '10000'], start_new_session=True)\nwhile True:\n    pass\n"
+    res = grade(git_patch(repo, task.base_commit, {src: evil}, tmp_path), timeout=15)
+    assert (res.resolved, res.failure_class) == (False, FailureClass.TIMEOUT)
+
+
+def test_a_patch_that_does_not_apply_is_apply_failed(grade, target):
+    bogus = "diff --git a/nowhere.py b/nowhere.py\n--- a/nowhere.py\n+++ b/nowhere.py\n@@ -1,2 +1,2 @@\n-not here\n+x\n ctx\n"
+    res = grade(bogus)
+    assert (res.resolved, res.failure_class) == (False, FailureClass.APPLY_FAILED)
+    assert "patch does not apply" in res.reason
+
+
+def test_text_that_is_not_a_diff_is_apply_failed(grade):
+    res = grade("I fixed it, trust me.\n")
+    assert (res.resolved, res.failure_class) == (False, FailureClass.APPLY_FAILED)
+
+
+def test_a_path_escaping_the_repository_is_dropped(grade, target):
+    evil = "diff --git a/../../usr/lib/python3/dist-packages/x.py b/../../usr/lib/python3/dist-packages/x.py\nnew file mode 100644\n--- /dev/null\n+++ b/../../usr/lib/python3/dist-packages/x.py\n@@ -0,0 +1 @@\n+x = 1\n"
+    res = grade(evil + target[0].patch)
+    assert res.resolved is True
+    assert list(res.dropped_files.values()) == ["path '../../usr/lib/python3/dist-packages/x.py' leaves the repository or touches .git"]
+
+
+def test_a_wrong_fix_is_tests_failed_with_per_test_detail(grade, target, tmp_path):
+    task, _, repo = target
+    src = source_file(task)
+    original = subprocess.run(["git", "show", f"{task.base_commit}:{src}"], cwd=repo, capture_output=True, text=True).stdout
+    res = grade(git_patch(repo, task.base_commit, {src: original + "\n# looked at it\n"}, tmp_path))
+    assert (res.resolved, res.failure_class, res.log_valid) == (False, FailureClass.TESTS_FAILED, True)
+    assert [res.tests[t].status for t in task.FAIL_TO_PASS] == ["FAILED"] * len(task.FAIL_TO_PASS)
+    assert all(res.tests[t].passed for t in task.PASS_TO_PASS)
