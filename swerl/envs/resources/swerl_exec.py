@@ -129,7 +129,7 @@ def main():
     reader.join(timeout=2.0)  # a grandchild holding the pipe is dead by now
     output, truncated = capture.text()
     print(json.dumps({
-        "exit_code": 124 if timed_out else code,
+        "exit_code": 124 if timed_out else (128 - code if code < 0 else code),  # shell convention for signals
         "timed_out": timed_out,
         "output": output,
         "total_bytes": capture.total,

@@ -31,9 +31,12 @@ class Version:
     def __str__(self) -> str:
         return self.text
 
-    def _key(self, length: int) -> tuple:
-        """The release padded with zeros to ``length`` components."""
-        return self.release + ("0",) * (length - len(self.release))
+    def _key(self) -> tuple:
+        """The release without trailing zero components, so ``1.4.0`` keys like ``1.4``."""
+        release = self.release
+        while len(release) > 1 and release[-1] == "0":
+            release = release[:-1]
+        return release
 
     def _coerce(self, other: object) -> Version | None:
         if isinstance(other, Version):
@@ -46,18 +49,16 @@ class Version:
         other = self._coerce(other)
         if other is None:
             return NotImplemented
-        length = max(len(self.release), len(other.release))
-        return self._key(length) == other._key(length)
+        return self._key() == other._key()
 
     def __lt__(self, other: object) -> bool:
         other = self._coerce(other)
         if other is None:
             return NotImplemented
-        length = max(len(self.release), len(other.release))
-        return self._key(length) < other._key(length)
+        return self._key() < other._key()
 
     def __hash__(self) -> int:
-        return hash(self._key(3) if len(self.release) <= 3 else self.release)
+        return hash(self._key())
 
     @property
     def major(self) -> int:
