@@ -24,7 +24,7 @@ app.add_typer(images_app, name="images")
 app.add_typer(demo_app, name="demo")
 app.add_typer(sandbox_app, name="sandbox")
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 
 TasksOpt = typer.Option(..., "--tasks", help="Task file: .jsonl, .json, .parquet, or a saved Hugging Face dataset folder.")
 ReposOpt = typer.Option(None, "--repos", help="Mirror folder holding repositories as <owner>__<name>.")

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 @contextmanager
 def bar(description: str, total: int) -> Iterator[Callable[[str], None]]:
     """Yield ``advance(label)``; thread-safe (rich's Progress locks internally)."""
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     if not sys.stderr.isatty():
         done = [0]
 

@@ -38,8 +38,8 @@ class Paginator:
 
     def validate_number(self, number: Any) -> int:
         """Return ``number`` as an int, or raise if it is not a valid page."""
-        if isinstance(number, float) and number.is_integer():
-            number = int(number)
+        if isinstance(number, float) and not number.is_integer():
+            raise PageNotAnInteger(f"page number {number!r} is not an integer")
         try:
             number = int(number)
         except (TypeError, ValueError):

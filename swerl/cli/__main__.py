@@ -1,0 +1,3 @@
+from swerl.cli import main
+
+main()

@@ -1,0 +1,113 @@
+"""The CLI contract (`swerl tasks validate`, `swerl grade`), demo validation, and bad inputs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swerl.envs.docker_client import docker_client
+from swerl.grading.grader import GradingConfig, grade_prediction
+from swerl.grading.results import FailureClass
+from swerl.grading.validate import ValidationConfig, validate_tasks
+
+pytestmark = pytest.mark.docker
+SWERL = [sys.executable, "-m", "swerl.cli"]
+
+
+def swerl_containers() -> list[str]:
+    return [c.name for c in docker_client().containers.list(all=True, filters={"label": "swerl.kind=sandbox"})]
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([*SWERL, *args], cwd=cwd, capture_output=True, text=True, timeout=1500)
+
+
+def test_validate_reports_every_demo_gold_resolved_and_every_empty_unresolved(demo, demo_images, tmp_path):
+    before = set(swerl_containers())
+    proc = run_cli("tasks", "validate", "--tasks", str(demo.tasks_file), "--repos", str(demo.repos_dir),
+                   "--runs", "2", "--out", str(tmp_path / "report.json"), "--log-dir", str(tmp_path / "logs"), "-j", "2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["total"], report["valid"], report["invalid"], report["runs"]) == (len(demo.instance_ids),) * 2 + (0, 2)
+    for verdict in report["tasks"]:
+        assert (verdict["gold_resolved"], verdict["empty_resolved"], verdict["flaky_tests"]) == ([True, True], False, [])
+        assert verdict["fail_to_pass_failing_without_fix"]
+    # one fresh container per grading: 3 gradings per task, each with its own log folder
+    logs = sorted(p.parent.name for p in (tmp_path / "logs" / "validate").glob("*/*/result.json"))
+    assert len(logs) == 3 * len(demo.instance_ids)
+    assert set(swerl_containers()) <= before
+
+
+def test_grade_cli_writes_one_result_line_per_prediction_and_survives_bad_lines(demo, demo_tasks, demo_images, tmp_path):
+    tasks = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[:2]
+    preds = tmp_path / "preds.jsonl"
+    lines = [
+        json.dumps({"instance_id": tasks[0].instance_id, "model_name_or_path": "gold", "model_patch": tasks[0].patch}),
+        "{this is not json",
+        json.dumps({"instance_id": tasks[1].instance_id, "model_name_or_path": "m", "model_patch": "not a diff"}),
+        json.dumps({"model_name_or_path": "m", "model_patch": ""}),
+        json.dumps({"instance_id": "nobody__nothing-1", "model_name_or_path": "m", "model_patch": ""}),
+        json.dumps({"instance_id": tasks[1].instance_id, "model_name_or_path": "m", "model_patch": None}),
+    ]
+    preds.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "results.jsonl"
+    proc = run_cli("grade", "--tasks", str(demo.tasks_file), "--predictions", str(preds), "--repos", str(demo.repos_dir),
+                   "--out", str(out), "--log-dir", str(tmp_path / "logs"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"{preds} line 2: not valid JSON" in proc.stderr
+    assert f"{preds} line 4: bad or missing field(s) instance_id" in proc.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    got = [(r["instance_id"], r["resolved"], r["failure_class"]) for r in rows]
+    assert got == [
+        (tasks[0].instance_id, True, None),
+        (tasks[1].instance_id, False, "apply_failed"),
+        (tasks[1].instance_id, False, "no_patch"),
+        ("nobody__nothing-1", False, "infra_error"),
+    ]
+
+
+def test_a_bad_task_file_is_a_clear_error_naming_line_and_field(tmp_path):
+    bad = tmp_path / "tasks.jsonl"
+    bad.write_text('{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "abc1234", "FAIL_TO_PASS": 7}\n{oops\n')
+    proc = run_cli("tasks", "validate", "--tasks", str(bad), "--out", str(tmp_path / "r.json"), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "line 1 (instance_id=a__b-1): FAIL_TO_PASS" in proc.stderr and "line 2" in proc.stderr
+    assert "--skip-invalid" in proc.stderr
+
+
+def test_fail_to_pass_naming_a_test_that_does_not_exist_makes_the_task_invalid(demo_tasks, demo_images):
+    task = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[0]
+    ghost = task.FAIL_TO_PASS[0].split("::")[0] + "::test_that_does_not_exist"
+    bad = task.model_copy(update={"FAIL_TO_PASS": [*task.FAIL_TO_PASS, ghost]})
+    report = validate_tasks([bad], {bad.instance_id: demo_images[task.instance_id]}, ValidationConfig(runs=1))
+    (verdict,) = report.tasks
+    assert verdict.valid is False
+    assert f"tests not found in the log: {ghost}" in verdict.reason
+
+
+def test_an_unknown_log_parser_is_an_infra_error_naming_it(demo_tasks, demo_images):
+    task = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[0]
+    bad = task.model_copy(update={"install_config": task.install_config.model_copy(update={"log_parser": "parse_log_nope"})})
+    res = grade_prediction(bad, bad.patch, demo_images[task.instance_id], GradingConfig())
+    assert (res.resolved, res.failure_class, res.attempts) == (False, FailureClass.INFRA_ERROR, 1)
+    assert res.reason.startswith("unknown log parser 'parse_log_nope' in install_config.log_parser")
+
+
+def test_a_missing_image_is_an_infra_error_not_the_agents_failure(demo_tasks):
+    task = next(iter(demo_tasks.values()))
+    res = grade_prediction(task, task.patch, "swerl-nowhere/nothing:1", GradingConfig(infra_retries=1))
+    assert (res.resolved, res.failure_class, res.attempts) == (False, FailureClass.INFRA_ERROR, 2)
+    assert "cannot start a container from swerl-nowhere/nothing:1" in res.reason
+
+
+def test_a_broken_test_patch_is_an_infra_error(demo_tasks, demo_images):
+    task = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[0]
+    ghost = "diff --git a/tests/ghost.py b/tests/ghost.py\n--- a/tests/ghost.py\n+++ b/tests/ghost.py\n@@ -1 +1 @@\n-a\n+b\n"
+    bad = task.model_copy(update={"test_patch": ghost + task.test_patch})
+    res = grade_prediction(bad, bad.patch, demo_images[task.instance_id], GradingConfig())
+    assert res.failure_class == FailureClass.INFRA_ERROR
+    assert "the task's test patch does not apply to base_commit" in res.reason
