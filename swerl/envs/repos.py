@@ -118,6 +118,10 @@ def export_testbed(source: Path, commit: str, dest: Path) -> str:
     Only objects reachable from ``commit`` are fetched, so later commits, tags and
     remotes never reach the sandbox.
     """
+    try:  # a short hash cannot be fetched by name: resolve it in the source first
+        commit = git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}", cwd=source).strip()
+    except RuntimeError as e:
+        raise RepoNotFoundError(f"commit {commit} is not in {source}; fetch it into the mirror or fix base_commit") from e
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -127,7 +131,7 @@ def export_testbed(source: Path, commit: str, dest: Path) -> str:
         git("fetch", "--quiet", "--no-tags", "--upload-pack", upload_pack, str(source.resolve()), commit, cwd=dest)
     except RuntimeError as e:
         shutil.rmtree(dest, ignore_errors=True)
-        raise RepoNotFoundError(f"commit {commit} is not in {source}: {e}") from e
+        raise RepoNotFoundError(f"commit {commit} could not be fetched from {source}: {e}") from e
     full = git("rev-parse", "FETCH_HEAD^{commit}", cwd=dest).strip()
     git("checkout", "--quiet", "-B", "main", full, cwd=dest)
     (dest / ".git" / "FETCH_HEAD").unlink(missing_ok=True)

@@ -20,6 +20,8 @@ class FailureClass(str, Enum):
 class TestDetail(BaseModel):
     """One FAIL_TO_PASS or PASS_TO_PASS test after grading."""
 
+    __test__ = False  # not a pytest test class
+
     expected: str = Field(description="FAIL_TO_PASS or PASS_TO_PASS.")
     status: str = Field(description="PASSED, FAILED, ERROR, SKIPPED, XFAIL, or MISSING when absent from the log.")
     passed: bool
