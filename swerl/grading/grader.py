@@ -138,10 +138,11 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
         result.failure_class, result.reason = FailureClass.NO_PATCH, "the prediction has an empty patch"
         return result
 
+    test_files = changed_by_test_patch(task)
     sandbox.exec(f"mkdir -p {WORK}", timeout=30)
     if not no_patch:
         try:
-            kept, dropped = filter_sections(split_diff(patch), changed_by_test_patch(task), config.protected)
+            kept, dropped = filter_sections(split_diff(patch), test_files, config.protected)
         except DiffParseError as e:
             result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch is not a valid diff: {e}"
             return result
@@ -168,7 +169,7 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
                 return result
             result.applied_with = "patch" if "@@via patch" in res.output else "git apply"
 
-    restore = " ".join(shlex.quote(p) for p in sorted(changed_by_test_patch(task)))
+    restore = " ".join(shlex.quote(p) for p in sorted(test_files))
     if restore:
         res = sandbox.exec(
             f"for f in {restore}; do if git cat-file -e {base}:\"$f\" 2>/dev/null; then git checkout -q {base} -- \"$f\"; "
