@@ -1,0 +1,19 @@
+"""Putting the agent's tools into a sandbox: one script plus a wrapper per tool on PATH."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from swerl.envs.sandbox import Sandbox
+
+TOOLS_SCRIPT = "/opt/swerl/swerl_tools.py"
+BIN_DIR = "/usr/local/bin"  # on PATH in every base image, ahead of /usr/bin
+FILE_TOOLS = ("open", "goto", "scroll_up", "scroll_down", "create", "edit", "replace", "search_file", "find_file")
+
+
+def install_tools(sandbox: Sandbox) -> None:
+    """Install the file tools; ``submit`` is handled by the agent loop, not in the sandbox."""
+    script = resources.files("swerl.agent").joinpath("resources/swerl_tools.py").read_bytes()
+    sandbox.write_file(TOOLS_SCRIPT, script, mode=0o755)
+    for name in FILE_TOOLS:
+        sandbox.write_file(f"{BIN_DIR}/{name}", f'#!/bin/sh\nexec python3 -I -S {TOOLS_SCRIPT} {name} "$@"\n', mode=0o755)
