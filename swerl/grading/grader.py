@@ -133,10 +133,7 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
     except UnknownLogParserError as e:
         result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
         return result
-    no_patch = not (patch or "").strip()
-    if no_patch and not config.run_tests_without_patch:
-        result.failure_class, result.reason = FailureClass.NO_PATCH, "the prediction has an empty patch"
-        return result
+    no_patch = not (patch or "").strip()  # only reached with run_tests_without_patch: grade_prediction answers the rest
 
     test_files = changed_by_test_patch(task)
     sandbox.exec(f"mkdir -p {WORK}", timeout=30)
