@@ -192,33 +192,30 @@ def cmd_find_file(state, args):
     print("\n".join(hits[:MAX_HITS]))
 
 
+TOOLS = {
+    "open": cmd_open,
+    "goto": cmd_goto,
+    "scroll_down": lambda state, args: cmd_scroll(state, WINDOW),
+    "scroll_up": lambda state, args: cmd_scroll(state, -WINDOW),
+    "create": cmd_create,
+    "edit": lambda state, args: cmd_edit(state, args, "" if sys.stdin.isatty() else sys.stdin.read()),
+    "replace": cmd_replace,
+    "search_file": cmd_search_file,
+    "find_file": cmd_find_file,
+}
+
+
 def main(argv):
     if not argv:
         print("usage: swerl_tools.py TOOL [ARGS]", file=sys.stderr)
         return 2
     tool, args = argv[0], argv[1:]
     state = load_state()
+    handler = TOOLS.get(tool)
     try:
-        if tool == "open":
-            cmd_open(state, args)
-        elif tool == "goto":
-            cmd_goto(state, args)
-        elif tool == "scroll_down":
-            cmd_scroll(state, WINDOW)
-        elif tool == "scroll_up":
-            cmd_scroll(state, -WINDOW)
-        elif tool == "create":
-            cmd_create(state, args)
-        elif tool == "edit":
-            cmd_edit(state, args, "" if sys.stdin.isatty() else sys.stdin.read())
-        elif tool == "replace":
-            cmd_replace(state, args)
-        elif tool == "search_file":
-            cmd_search_file(state, args)
-        elif tool == "find_file":
-            cmd_find_file(state, args)
-        else:
+        if handler is None:
             raise ToolError(f"unknown tool {tool}")
+        handler(state, args)
     except ToolError as e:
         print(f"Error: {e}")
         return 1
