@@ -1,0 +1,222 @@
+"""The agent loop: sample a reply, run its one command in the sandbox, show the result, repeat.
+
+Every id the policy sampled is appended verbatim with its log-prob; everything else (end of
+turn, observation, next generation prompt) is appended as a tokenized suffix with
+action_mask 0. A trajectory always ends in a well-defined ExitReason and keeps its ids so
+far, whatever went wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import uuid
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from swerl.agent.actions import FormatError, parse_action
+from swerl.agent.chat_format import ChatFormat
+from swerl.agent.prompts import Prompts
+from swerl.agent.trajectory import ExitReason, Trajectory, Turn
+from swerl.data.task import Task
+from swerl.envs.sandbox import Sandbox, SandboxError
+from swerl.inference.base import EngineError, GenerationRequest, InferenceEngine
+
+TOOLS_STATE = "/tmp/.swerl_tools_state.json"
+
+
+class AgentConfig(BaseModel):
+    """Limits and presentation of one agent run (the paper: 40 turns / 65k, then 80 / 131k)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(40, ge=1, le=1000, description="Replies the policy may give (T_max).")
+    max_context: int | None = Field(None, ge=64, description="Token budget of the whole trajectory; default: the engine's max_context.")
+    max_new_tokens: int = Field(1024, ge=1, le=262_144, description="Cap on one reply's tokens.")
+    min_turn_tokens: int = Field(16, ge=1, le=65_536, description="A turn needs room for this many new tokens, else context_exceeded.")
+    command_timeout_s: float = Field(60.0, gt=0, le=3600, description="Wall-clock limit of one command in the sandbox.")
+    deadline_s: float = Field(1800.0, gt=0, le=86_400, description="Wall-clock limit of the whole trajectory.")
+    observation_max_chars: int = Field(8000, ge=200, le=1_000_000, description="Observations longer than this keep head and tail.")
+    max_format_errors: int = Field(3, ge=1, le=100, description="Consecutive replies without exactly one command that end the run.")
+    workdir: str = Field("/testbed", description="The repository inside the sandbox.")
+    prompt_dir: Path | None = Field(None, description="Folder overriding the shipped prompt templates (<name>.j2).")
+    collect_patch_on_exit: bool = Field(
+        True, description="Record `git diff` also when the run ends without submit (SWE-agent's autosubmission)."
+    )
+
+
+def truncate_middle(text: str, limit: int) -> str:
+    """Keep the head and tail of ``text`` within ``limit`` characters, with a marker between."""
+    if len(text) <= limit:
+        return text
+    half = (limit - 80) // 2
+    dropped = len(text) - 2 * half
+    return f"{text[:half]}\n[... {dropped} characters truncated ...]\n{text[-half:]}"
+
+
+def turn_seed(seed: int | None, trajectory_id: str, turn: int) -> int | None:
+    """A per-turn seed that depends only on (seed, trajectory, turn): reruns replay exactly."""
+    if seed is None:
+        return None
+    digest = hashlib.sha256(f"{seed}/{trajectory_id}/{turn}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+class _ShellState:
+    """Working directory and open file, carried between commands that each run in a fresh shell."""
+
+    def __init__(self, workdir: str) -> None:
+        self.cwd = workdir
+        self.open_file: str | None = None
+        self.mark = f"__SWERL_{uuid.uuid4().hex}__"
+
+    def wrap(self, command: str) -> str:
+        quoted = self.cwd.replace("'", "'\\''")
+        return (
+            f"cd -- '{quoted}' 2>/dev/null\n{command}\n__swerl_rc=$?\n"
+            f"printf '\\n{self.mark}%s{self.mark}' \"$PWD\"; cat {TOOLS_STATE} 2>/dev/null; exit $__swerl_rc"
+        )
+
+    def absorb(self, output: str) -> str:
+        """Strip the epilogue from ``output`` and update cwd / open file from it."""
+        head, sep, rest = output.rpartition("\n" + self.mark)
+        if not sep:
+            return output
+        cwd, sep, state = rest.partition(self.mark)
+        if sep and cwd.startswith("/"):
+            self.cwd = cwd
+        try:
+            self.open_file = json.loads(state).get("file") or None
+        except (ValueError, AttributeError):
+            pass
+        return head
+
+
+class Agent:
+    """Runs one task in one sandbox with one engine; see the module docstring."""
+
+    def __init__(self, engine: InferenceEngine, chat: ChatFormat, config: AgentConfig | None = None) -> None:
+        self.engine = engine
+        self.chat = chat
+        self.config = config or AgentConfig()
+        self.prompts = Prompts(self.config.prompt_dir)
+        self.max_context = min(self.config.max_context or engine.max_context, engine.max_context)
+
+    def _prompt_line(self, shell: _ShellState) -> str:
+        return self.prompts.render("prompt_line", open_file=shell.open_file, cwd=shell.cwd)
+
+    async def run(self, task: Task, sandbox: Sandbox, *, sample_index: int = 0, seed: int | None = None) -> Trajectory:
+        cfg = self.config
+        start = time.monotonic()
+        deadline = start + cfg.deadline_s
+        shell = _ShellState(cfg.workdir)
+        trajectory_id = f"{task.instance_id}/{sample_index}"
+        system = self.prompts.render("system", workdir=cfg.workdir, command_timeout_s=cfg.command_timeout_s, window=100)
+        user = self.prompts.render(
+            "instance", repo=task.repo, workdir=cfg.workdir, problem_statement=task.problem_statement, prompt_line=self._prompt_line(shell)
+        )
+        traj = Trajectory(
+            instance_id=task.instance_id,
+            sample_index=sample_index,
+            trajectory_id=trajectory_id,
+            policy_version=self.engine.policy_version,
+            engine=self.engine.name,
+            seed=seed,
+            prompt_ids=self.chat.prompt_ids(system, user),
+            messages=[{"role": "system", "content": self.chat.sanitize(system)}, {"role": "user", "content": self.chat.sanitize(user)}],
+            exit_reason=ExitReason.error,
+        )
+        try:
+            traj.exit_reason = await self._turns(task, sandbox, traj, shell, deadline, seed)
+        except (EngineError, SandboxError) as e:
+            traj.exit_reason, traj.error = ExitReason.error, f"{type(e).__name__}: {e}"
+        except Exception as e:  # a bug must not take the batch down; it is recorded and visible
+            traj.exit_reason, traj.error = ExitReason.error, f"unexpected {type(e).__name__}: {e}"
+        if traj.exit_reason is ExitReason.submitted or (cfg.collect_patch_on_exit and traj.exit_reason is not ExitReason.error):
+            try:
+                traj.patch = await asyncio.to_thread(sandbox.diff)
+            except SandboxError as e:
+                traj.exit_reason, traj.error = ExitReason.error, f"diff failed: {e}"
+        traj.num_turns = len(traj.turns)
+        traj.generation_s = sum(t.generation_s for t in traj.turns)
+        traj.environment_s = sum(t.environment_s for t in traj.turns)
+        traj.wall_s = time.monotonic() - start
+        return traj
+
+    async def _turns(self, task: Task, sandbox: Sandbox, traj: Trajectory, shell: _ShellState, deadline: float, seed: int | None) -> ExitReason:
+        cfg = self.config
+        consecutive_errors = 0
+        for index in range(cfg.max_turns):
+            used = len(traj.prompt_ids) + len(traj.response_ids)
+            room = self.max_context - used
+            if room < cfg.min_turn_tokens:
+                return ExitReason.context_exceeded
+            if time.monotonic() >= deadline:
+                return ExitReason.timeout
+            request = GenerationRequest(
+                request_id=f"{traj.trajectory_id}#{index}",
+                prompt_ids=traj.prompt_ids + traj.response_ids,
+                max_new_tokens=min(cfg.max_new_tokens, room),
+                stop_token_ids=self.chat.stop_token_ids,
+                seed=turn_seed(seed, traj.trajectory_id, index),
+                trajectory_id=traj.trajectory_id,
+                turn=index,
+            )
+            t0 = time.monotonic()
+            try:
+                gen = await asyncio.wait_for(self.engine.generate(request), timeout=deadline - t0)
+            except asyncio.TimeoutError:
+                return ExitReason.timeout
+            gen_s = time.monotonic() - t0
+            traj.response_ids += gen.token_ids
+            traj.action_mask += [1] * len(gen.token_ids)
+            traj.logprobs += gen.logprobs
+            traj.exact_ids = traj.exact_ids and gen.exact_ids
+            reply = self.chat.reply_text(gen.token_ids)
+            traj.messages.append({"role": "assistant", "content": reply})
+            turn = Turn(index=index, reply=reply, n_action_tokens=len(gen.token_ids), finish_reason=gen.finish_reason,
+                        generation_s=gen_s, policy_version=gen.policy_version or self.engine.policy_version)
+            traj.turns.append(turn)
+            try:
+                action = parse_action(reply)
+            except FormatError as e:
+                consecutive_errors += 1
+                turn.format_error = str(e)
+                if consecutive_errors >= cfg.max_format_errors:
+                    return ExitReason.format_errors
+                observation = self.prompts.render("format_error", error=str(e), prompt_line=self._prompt_line(shell))
+            else:
+                consecutive_errors = 0
+                turn.command = action.command
+                if action.is_submit:
+                    return ExitReason.submitted
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return ExitReason.timeout
+                observation = await self._execute(sandbox, shell, turn, action.command, min(cfg.command_timeout_s, remaining))
+            turn.observation = observation
+            if index == cfg.max_turns - 1:
+                break
+            suffix = self.chat.turn_suffix(gen.token_ids, observation)
+            if len(traj.prompt_ids) + len(traj.response_ids) + len(suffix.ids) + cfg.min_turn_tokens > self.max_context:
+                return ExitReason.context_exceeded
+            traj.response_ids += suffix.ids
+            traj.action_mask += [0] * len(suffix.ids)
+            traj.logprobs += [0.0] * len(suffix.ids)
+            turn.n_observation_tokens = len(suffix.ids)
+            traj.messages.append({"role": "user", "content": self.chat.sanitize(observation)})
+        return ExitReason.max_turns
+
+    async def _execute(self, sandbox: Sandbox, shell: _ShellState, turn: Turn, command: str, timeout: float) -> str:
+        t0 = time.monotonic()
+        result = await asyncio.to_thread(sandbox.exec, shell.wrap(command), timeout)
+        turn.environment_s = time.monotonic() - t0
+        turn.exit_code, turn.timed_out = result.exit_code, result.timed_out
+        output = truncate_middle(shell.absorb(result.output).strip("\n"), self.config.observation_max_chars)
+        return self.prompts.render(
+            "observation", output=output, timed_out=result.timed_out, command_timeout_s=round(timeout),
+            prompt_line=self._prompt_line(shell),
+        )

@@ -1,0 +1,85 @@
+"""A trajectory: the exact token stream of one agent run, plus what happened at each turn.
+
+Token layout (what the trainer consumes)::
+
+    prompt_ids | reply_1 | suffix_1 | reply_2 | suffix_2 | ... | reply_n [| suffix_n]
+
+``response_ids`` is everything after the prompt. ``action_mask[i]`` is 1 where the policy
+sampled ``response_ids[i]`` (replies) and 0 where the environment or the chat template
+put it (suffixes: end-of-turn markers, observations, generation prompts).
+``logprobs[i]`` is the sampler's log-prob for action tokens and 0.0 elsewhere.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, Field
+
+
+class ExitReason(str, Enum):
+    """Why a trajectory ended."""
+
+    submitted = "submitted"  # the agent ran `submit`
+    max_turns = "max_turns"  # the turn budget ran out
+    context_exceeded = "context_exceeded"  # the next turn would not fit in the context window
+    timeout = "timeout"  # the per-trajectory wall-clock deadline passed
+    format_errors = "format_errors"  # too many replies in a row without exactly one command
+    error = "error"  # infrastructure failure (sandbox or engine); not the policy's fault
+
+
+class Turn(BaseModel):
+    """One reply and its consequence."""
+
+    index: int = Field(ge=0)
+    reply: str = Field(description="The assistant content as decoded from the sampled ids.")
+    command: str | None = Field(None, description="The parsed command; None on a format error.")
+    format_error: str | None = Field(None, description="The format error shown to the model, if any.")
+    observation: str = Field("", description="What the model was shown next, prompt line included.")
+    exit_code: int | None = None
+    timed_out: bool = False
+    n_action_tokens: int = Field(0, ge=0)
+    n_observation_tokens: int = Field(0, ge=0)
+    finish_reason: str = Field("stop", description="'stop' (end-of-turn sampled) or 'length' (per-turn cap hit).")
+    generation_s: float = Field(0.0, ge=0)
+    environment_s: float = Field(0.0, ge=0)
+    policy_version: str = ""
+
+
+class Trajectory(BaseModel):
+    """Everything one (task, sample) run produced; one row of the rollout Parquet files."""
+
+    instance_id: str
+    sample_index: int = Field(ge=0)
+    trajectory_id: str = Field(description="'<instance_id>/<sample_index>'; stable across reruns.")
+    policy_version: str = Field(description="The weights that sampled this trajectory's first token.")
+    model: str = ""
+    engine: str = ""
+    seed: int | None = None
+    prompt_ids: list[int] = Field(default_factory=list)
+    response_ids: list[int] = Field(default_factory=list)
+    action_mask: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    exact_ids: bool = Field(True, description="False when an HTTP engine returned text that had to be re-tokenized.")
+    messages: list[dict] = Field(default_factory=list, description="The same conversation as chat messages, for reading and replay.")
+    turns: list[Turn] = Field(default_factory=list)
+    exit_reason: ExitReason
+    error: str | None = None
+    patch: str = Field("", description="`git diff` of the sandbox against base_commit when the run ended.")
+    num_turns: int = Field(0, ge=0)
+    generation_s: float = Field(0.0, ge=0)
+    environment_s: float = Field(0.0, ge=0)
+    wall_s: float = Field(0.0, ge=0)
+    # filled by grading
+    resolved: bool | None = None
+    grade_failure: str | None = Field(None, description="The grader's FailureClass when graded.")
+    fail_to_pass_passed: int | None = None
+    pass_to_pass_failed: int | None = None
+
+    @property
+    def ids(self) -> list[int]:
+        return self.prompt_ids + self.response_ids
+
+    @property
+    def n_action_tokens(self) -> int:
+        return sum(self.action_mask)

@@ -1,0 +1,322 @@
+"""The transformers engine: the default policy server, on CPU or one GPU.
+
+All trajectories share one model. Requests wait in a queue; a worker thread runs a
+continuous batch: new requests are prefilled together and merged into the running batch
+at the next decode step, finished ones leave it, so every forward pass carries the
+pending requests of all concurrent trajectories. Sampling is our own loop (not
+``model.generate``) so that nothing from the model's generation_config can reshape the
+distribution, and the log-prob of each sampled token is read off the exact distribution
+it was drawn from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig
+from swerl.inference.sampling import draw, sampling_logprobs
+from swerl.inference.weights import load_checkpoint_into
+
+log = logging.getLogger(__name__)
+
+
+class HFEngineConfig(BaseModel):
+    """How the transformers engine runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    device: str = Field("auto", description="'cpu', 'cuda', 'cuda:N', or 'auto' (the first GPU if any, else CPU).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="'auto' is float32 on CPU (bf16 is ~20x slower there) and bfloat16 on GPU."
+    )
+    max_batch_size: int = Field(64, ge=1, le=4096, description="Sequences decoded together at most.")
+    max_context: int | None = Field(None, ge=16, description="Prompt + completion tokens; default: the model's max_position_embeddings.")
+    attn_implementation: Literal["sdpa", "eager"] = Field("sdpa", description="Attention kernel passed to from_pretrained.")
+    gather_ms: float = Field(2.0, ge=0, le=1000, description="How long the worker waits for more requests before a prefill.")
+    weight_load_timeout_s: float = Field(600, gt=0, description="load_weights waits this long for in-flight requests, then fails.")
+
+
+@dataclass
+class _Slot:
+    request: GenerationRequest
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    generator: torch.Generator | None
+    max_new: int
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    return getattr(torch, name)
+
+
+class HFEngine:
+    """InferenceEngine over a transformers causal LM; see the module docstring."""
+
+    name = "hf"
+
+    def __init__(
+        self,
+        model: str | Path,
+        sampling: SamplingConfig | None = None,
+        config: HFEngineConfig | None = None,
+        policy_version: str = "0",
+    ) -> None:
+        from transformers import AutoModelForCausalLM
+
+        self.config = config or HFEngineConfig()
+        self.sampling = sampling or SamplingConfig()
+        self.model_path = str(model)
+        self.device = _resolve_device(self.config.device)
+        self.dtype = _resolve_dtype(self.config.dtype, self.device)
+        try:
+            self.model = AutoModelForCausalLM.from_pretrained(
+                self.model_path, dtype=self.dtype, attn_implementation=self.config.attn_implementation
+            ).to(self.device)
+        except (OSError, ValueError) as e:
+            raise EngineError(f"cannot load model {self.model_path!r}: {e}. Pass a local folder (e.g. from `swerl model init-tiny`) or a hub name.") from e
+        self.model.eval()
+        model_max = getattr(self.model.config, "max_position_embeddings", None) or 32768
+        self.max_context = min(self.config.max_context or model_max, model_max)
+        self.policy_version = policy_version
+        self.stats = {"forward_passes": 0, "prefill_tokens": 0, "decode_tokens": 0, "max_batch": 0}
+        self._queue: queue.Queue[_Slot] = queue.Queue()
+        self._paused = threading.Event()
+        self._idle = threading.Condition()
+        self._active: list[_Slot] = []
+        self._closed = False
+        self._worker = threading.Thread(target=self._run, name="swerl-hf-engine", daemon=True)
+        self._worker.start()
+
+    # ----- the public protocol -------------------------------------------------------
+    async def generate(self, request: GenerationRequest) -> Generation:
+        if self._closed:
+            raise EngineError("the engine is closed")
+        budget = self.max_context - len(request.prompt_ids)
+        if budget < 1:
+            raise EngineError(f"prompt of {len(request.prompt_ids)} tokens leaves no room in the context of {self.max_context}")
+        loop = asyncio.get_running_loop()
+        gen = None
+        if request.seed is not None:
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(request.seed)
+        slot = _Slot(request, loop.create_future(), loop, gen, min(request.max_new_tokens, budget))
+        self._queue.put(slot)
+        return await slot.future
+
+    def load_weights(self, checkpoint_dir: str | Path, policy_version: str) -> None:
+        """Swap in new weights once in-flight requests finish; new requests wait meanwhile."""
+        self._paused.set()
+        try:
+            deadline = time.monotonic() + self.config.weight_load_timeout_s
+            with self._idle:
+                while self._active:
+                    if not self._idle.wait(timeout=max(0.0, deadline - time.monotonic())):
+                        raise EngineError(f"load_weights: {len(self._active)} requests still running after {self.config.weight_load_timeout_s}s")
+            load_checkpoint_into(self.model, Path(checkpoint_dir))
+            self.policy_version = policy_version
+            self.model_path = str(checkpoint_dir)
+        finally:
+            self._paused.clear()
+
+    def close(self) -> None:
+        self._closed = True
+        self._worker.join(timeout=30)
+
+    # ----- the worker ----------------------------------------------------------------
+    def _run(self) -> None:
+        state: _Batch | None = None
+        while not self._closed:
+            new: list[_Slot] = []
+            try:
+                new = self._take(block=state is None)
+                with torch.inference_mode():
+                    if new:
+                        fresh = self._prefill(new)
+                        state = fresh if state is None else state.merge(fresh)
+                    elif state is not None:
+                        self._decode(state)
+                    if state is not None:
+                        state = self._retire(state)
+            except Exception as e:  # one bad batch fails its requests, never the worker
+                log.exception("HF engine batch failed")
+                failed = {id(s): s for s in (state.slots if state else []) + new}.values()
+                for s in failed:
+                    self._finish(s, error=EngineError(f"generation failed: {type(e).__name__}: {e}"))
+                state = None
+            with self._idle:
+                self._active = list(state.slots) if state else []
+                if not self._active:
+                    self._idle.notify_all()
+
+    def _take(self, block: bool) -> list[_Slot]:
+        if self._paused.is_set():
+            if block:
+                time.sleep(0.01)
+            return []
+        room = self.config.max_batch_size - (len(self._active))
+        taken: list[_Slot] = []
+        try:
+            if block:
+                taken.append(self._queue.get(timeout=0.05))
+                if self.config.gather_ms:
+                    time.sleep(self.config.gather_ms / 1000)
+            while len(taken) < room:
+                taken.append(self._queue.get_nowait())
+        except queue.Empty:
+            pass
+        with self._idle:
+            self._active = self._active + taken
+        return taken
+
+    def _prefill(self, slots: list[_Slot]) -> _Batch:
+        width = max(len(s.request.prompt_ids) for s in slots)
+        pad = self.model.config.pad_token_id or 0
+        ids = torch.full((len(slots), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(slots), width), dtype=torch.long)
+        for row, s in enumerate(slots):
+            p = s.request.prompt_ids
+            ids[row, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[row, width - len(p):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        # logits_to_keep=1: the prompt's full-vocabulary logits are never materialised
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        self.stats["forward_passes"] += 1
+        self.stats["prefill_tokens"] += int(mask.sum())
+        batch = _Batch(slots=list(slots), cache=out.past_key_values, mask=mask, config=self.model.config)
+        self._sample(batch, out.logits[:, -1, :])
+        return batch
+
+    def _decode(self, batch: _Batch) -> None:
+        last = torch.tensor([[s.ids[-1]] for s in batch.slots], dtype=torch.long, device=self.device)
+        positions = batch.mask.sum(-1, keepdim=True)
+        batch.mask = torch.cat([batch.mask, torch.ones_like(last)], dim=-1)
+        out = self.model(input_ids=last, attention_mask=batch.mask, position_ids=positions, past_key_values=batch.cache, use_cache=True)
+        batch.cache = out.past_key_values
+        self.stats["forward_passes"] += 1
+        self.stats["decode_tokens"] += len(batch.slots)
+        self.stats["max_batch"] = max(self.stats["max_batch"], len(batch.slots))
+        self._sample(batch, out.logits[:, -1, :])
+
+    def _sample(self, batch: _Batch, logits: torch.Tensor) -> None:
+        previous = None
+        if self.sampling.repetition_penalty != 1.0:
+            previous = [s.request.prompt_ids + s.ids for s in batch.slots]
+        logp = sampling_logprobs(logits, self.sampling, previous)
+        ids, lps = draw(logp, [s.generator for s in batch.slots])
+        for s, t, lp in zip(batch.slots, ids.tolist(), lps.tolist()):
+            s.ids.append(t)
+            s.logprobs.append(lp)
+
+    def _retire(self, batch: _Batch) -> _Batch | None:
+        keep = []
+        for row, s in enumerate(batch.slots):
+            stopped = s.ids[-1] in s.request.stop_token_ids
+            if stopped or len(s.ids) >= s.max_new:
+                self._finish(s, reason="stop" if stopped else "length")
+            else:
+                keep.append(row)
+        if not keep:
+            return None
+        if len(keep) < len(batch.slots):
+            batch.select(keep)
+        return batch
+
+    def _finish(self, slot: _Slot, reason: str = "length", error: Exception | None = None) -> None:
+        if error is not None:
+            slot.loop.call_soon_threadsafe(_set_exception, slot.future, error)
+            return
+        gen = Generation(
+            request_id=slot.request.request_id,
+            token_ids=slot.ids,
+            logprobs=slot.logprobs,
+            finish_reason=reason,  # type: ignore[arg-type]
+            policy_version=self.policy_version,
+            extra={"latency_s": time.perf_counter() - slot.started},
+        )
+        slot.loop.call_soon_threadsafe(_set_result, slot.future, gen)
+
+
+def _set_result(fut: asyncio.Future, value: Generation) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _set_exception(fut: asyncio.Future, error: Exception) -> None:
+    if not fut.done():
+        fut.set_exception(error)
+
+
+@dataclass
+class _Batch:
+    """The running batch: left-padded attention mask and KV cache, one row per slot."""
+
+    slots: list[_Slot]
+    cache: object
+    mask: torch.Tensor
+    config: object
+
+    def select(self, rows: list[int]) -> None:
+        index = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
+        self.slots = [self.slots[r] for r in rows]
+        self.mask = self.mask.index_select(0, index)
+        self.cache.batch_select_indices(index)
+        # columns that are padding for every remaining row are dead weight: drop them
+        lead = int((self.mask.cumsum(-1) == 0).sum(-1).min())
+        if lead:
+            self.mask = self.mask[:, lead:]
+            self.cache = _rebuild_cache([(k[:, :, lead:], v[:, :, lead:]) for k, v in _layers(self.cache)], self.config)
+
+    def merge(self, other: _Batch) -> _Batch:
+        """Join ``other`` (fresh prefills) to this batch, left-padding the shorter one."""
+        width = max(self.mask.shape[1], other.mask.shape[1])
+        layers = []
+        for (k1, v1), (k2, v2) in zip(_layers(self.cache), _layers(other.cache)):
+            layers.append((torch.cat([_lpad(k1, width), _lpad(k2, width)]), torch.cat([_lpad(v1, width), _lpad(v2, width)])))
+        mask = torch.cat([_lpad(self.mask, width), _lpad(other.mask, width)])
+        return _Batch(slots=self.slots + other.slots, cache=_rebuild_cache(layers, self.config), mask=mask, config=self.config)
+
+
+def _layers(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _rebuild_cache(layers: list[tuple[torch.Tensor, torch.Tensor]], config) -> object:
+    from transformers import DynamicCache
+
+    return DynamicCache(ddp_cache_data=layers, config=config)
+
+
+def _lpad(t: torch.Tensor, width: int) -> torch.Tensor:
+    """Left-pad the sequence axis (dim 2 for KV [B,H,T,D], dim 1 for a [B,T] mask) with zeros."""
+    axis = 2 if t.dim() == 4 else 1
+    missing = width - t.shape[axis]
+    if missing <= 0:
+        return t
+    shape = list(t.shape)
+    shape[axis] = missing
+    return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim=axis)

@@ -1,0 +1,108 @@
+"""A scripted policy: a real InferenceEngine that replays given replies instead of sampling.
+
+It drives the whole path (engine -> agent -> tools -> sandbox -> submit -> grading) with
+known-good behaviour, e.g. a gold patch applied hunk by hunk through the `edit` tool. Its
+replies are tokenized canonically, so its trajectories are the prefix-invariant's
+reference case. A deterministic policy gives each reply probability 1: log-prob 0.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from swerl.grading.diffs import split_diff
+from swerl.inference.base import EngineError, Generation, GenerationRequest
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+Script = Sequence[str]
+
+
+class ScriptedEngine:
+    """Answers turn ``k`` of trajectory ``<instance_id>/<sample>`` with ``scripts[instance_id][k]``.
+
+    A key may also be a full trajectory id, which wins over the instance id. Past the end
+    of its script a trajectory gets ``after_script`` (default: a plain ``submit``).
+    """
+
+    name = "scripted"
+
+    def __init__(
+        self,
+        tokenizer,
+        scripts: Mapping[str, Script] | Callable[[GenerationRequest], str],
+        *,
+        stop_token_ids: Sequence[int] | None = None,
+        max_context: int = 32768,
+        after_script: str = "Done.\n```\nsubmit\n```",
+        policy_version: str = "scripted",
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.scripts = scripts
+        self.after_script = after_script
+        self.max_context = max_context
+        self.policy_version = policy_version
+        self._stop = list(stop_token_ids) if stop_token_ids is not None else [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+
+    def reply_for(self, request: GenerationRequest) -> str:
+        if callable(self.scripts):
+            return self.scripts(request)
+        script = self.scripts.get(request.trajectory_id)
+        if script is None:
+            script = self.scripts.get(request.trajectory_id.rsplit("/", 1)[0])
+        if script is None:
+            raise EngineError(f"no script for trajectory {request.trajectory_id!r}")
+        return script[request.turn] if request.turn < len(script) else self.after_script
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        ids = list(self.tokenizer.encode(self.reply_for(request), add_special_tokens=False)) + self._stop[:1]
+        reason = "stop"
+        if len(ids) > request.max_new_tokens:
+            ids, reason = ids[: request.max_new_tokens], "length"
+        return Generation(request.request_id, ids, [0.0] * len(ids), reason, policy_version=self.policy_version)
+
+    def load_weights(self, checkpoint_dir: str | Path, policy_version: str) -> None:
+        raise EngineError("a scripted policy has no weights to load")
+
+    def close(self) -> None:
+        pass
+
+
+def script_from_patch(patch: str, *, explore: bool = True) -> list[str]:
+    """Replies that apply ``patch`` through the agent's tools (open / edit / create), then submit.
+
+    Hunks are applied bottom-up within each file, so earlier line numbers stay valid.
+    """
+    replies = ["Let me look at the repository first.\n```\nls\n```"] if explore else []
+    for section in split_diff(patch):
+        if section.new_path is None:
+            replies.append(f"This file must go.\n```\nrm {section.old_path}\n```")
+            continue
+        hunks = _hunks(section.text)
+        if section.old_path is None:
+            replies.append(f"I need a new file.\n```\ncreate {section.new_path}\n```")
+        else:
+            replies.append(f"Let me open the file to fix.\n```\nopen {section.new_path}\n```")
+        for old_start, old_len, new_lines in sorted(hunks, key=lambda h: -h[0]):
+            start = old_start if old_len else old_start + 1  # an insertion-only hunk anchors *after* old_start
+            end = start + old_len - 1
+            body = "".join(new_lines)
+            replies.append(f"Applying the change at line {start}.\n```\nedit {start}:{end} <<'SWERL_EOF'\n{body}SWERL_EOF\n```")
+    replies.append("The fix is in place.\n```\nsubmit\n```")
+    return replies
+
+
+def _hunks(section: str) -> list[tuple[int, int, list[str]]]:
+    """(old_start, old_len, new-side lines with newlines) for each hunk of one file's diff."""
+    hunks: list[tuple[int, int, list[str]]] = []
+    current: list[str] | None = None
+    for line in section.splitlines(keepends=True):
+        m = _HUNK.match(line)
+        if m:
+            current = []
+            hunks.append((int(m.group(1)), int(m.group(2) or 1), current))
+        elif current is not None and line[:1] in (" ", "+"):
+            current.append(line[1:] if line.endswith("\n") else line[1:] + "\n")
+    return hunks

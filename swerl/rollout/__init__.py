@@ -1,0 +1,1 @@
+"""Rollouts: many agent runs at once, appended to Parquet as they finish."""

@@ -1,0 +1,150 @@
+"""Run N tasks x G samples concurrently: sandbox, agent, grading, Parquet, with isolation.
+
+Each (task, sample) is one coroutine holding one of ``concurrency`` slots for its whole
+life (agent sandbox, then its grading sandbox), so at most that many containers run. The
+agent has a wall-clock deadline, so one straggler never wedges a batch; any failure
+becomes that trajectory's ``error`` exit and the others carry on. Finished trajectories
+are appended to the store at once; a rerun skips the pairs already stored (except
+infrastructure errors, which are retried).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from swerl.agent.chat_format import ChatFormat
+from swerl.agent.loop import Agent, AgentConfig
+from swerl.agent.tools import install_tools
+from swerl.agent.trajectory import ExitReason, Trajectory
+from swerl.data.task import Task
+from swerl.envs.docker_sandbox import DockerSandbox, DockerSandboxConfig
+from swerl.grading.grader import GradingConfig, grade_prediction
+from swerl.inference.base import InferenceEngine
+from swerl.rollout.store import TrajectoryStore
+
+
+class RolloutConfig(BaseModel):
+    """One rollout run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    samples: int = Field(1, ge=1, le=1024, description="Trajectories per task (G; the paper uses 10).")
+    concurrency: int = Field(4, ge=1, le=4096, description="Trajectories in flight at once (one sandbox each).")
+    seed: int | None = Field(0, description="Base seed; each (task, sample, turn) derives its own. None: unseeded.")
+    grade: bool = Field(True, description="Grade each trajectory's patch in a fresh sandbox as soon as it ends.")
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    sandbox: DockerSandboxConfig = Field(default_factory=DockerSandboxConfig, description="Limits of the agent's sandboxes.")
+    grading: GradingConfig = Field(default_factory=GradingConfig)
+    model_name: str = Field("", description="Recorded on every trajectory (model path or name).")
+
+
+class RolloutSummary(BaseModel):
+    """What a run did; figures over the trajectories produced in this call."""
+
+    total: int
+    skipped: int
+    produced: int
+    exit_reasons: dict[str, int]
+    resolved: int
+    graded: int
+    generation_s: float
+    environment_s: float
+    wall_s: float
+    action_tokens: int
+    store: str
+
+
+async def run_rollouts(
+    tasks: Sequence[Task],
+    images: dict[str, str],
+    engine: InferenceEngine,
+    chat: ChatFormat,
+    config: RolloutConfig,
+    store: TrajectoryStore,
+    on_done: Callable[[Trajectory], None] | None = None,
+) -> RolloutSummary:
+    """Roll out every (task, sample) not yet in ``store``; see the module docstring."""
+    start = time.monotonic()
+    done = store.done()
+    pending = [(t, i) for t in tasks for i in range(config.samples) if (t.instance_id, i) not in done]
+    agent = Agent(engine, chat, config.agent)
+    slots = asyncio.Semaphore(config.concurrency)
+    # sandbox calls block: give every in-flight trajectory its own thread
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=config.concurrency + 4, thread_name_prefix="swerl-rollout"))
+    produced: list[Trajectory] = []
+
+    async def one(task: Task, sample: int) -> None:
+        async with slots:
+            traj = await _run_one(task, sample, images.get(task.instance_id), agent, config)
+        traj.model = config.model_name
+        await asyncio.to_thread(store.append, traj)
+        produced.append(traj)
+        if on_done is not None:
+            on_done(traj)
+
+    await asyncio.gather(*(one(t, i) for t, i in pending))
+    reasons = Counter(t.exit_reason.value for t in produced)
+    return RolloutSummary(
+        total=len(tasks) * config.samples,
+        skipped=len(tasks) * config.samples - len(pending),
+        produced=len(produced),
+        exit_reasons=dict(sorted(reasons.items())),
+        resolved=sum(1 for t in produced if t.resolved),
+        graded=sum(1 for t in produced if t.resolved is not None),
+        generation_s=sum(t.generation_s for t in produced),
+        environment_s=sum(t.environment_s for t in produced),
+        wall_s=time.monotonic() - start,
+        action_tokens=sum(t.n_action_tokens for t in produced),
+        store=str(store.directory),
+    )
+
+
+async def _run_one(task: Task, sample: int, image: str | None, agent: Agent, config: RolloutConfig) -> Trajectory:
+    if image is None:
+        return _failed(task, sample, agent, "no environment image for this task; run `swerl images build` first")
+    t0 = time.monotonic()
+    sandbox = DockerSandbox(image, config.sandbox, base_commit=task.base_commit)
+    try:
+        await asyncio.to_thread(sandbox.__enter__)
+        await asyncio.to_thread(install_tools, sandbox)
+    except Exception as e:  # sandbox start, tool install: infrastructure, isolated to this pair
+        await asyncio.to_thread(sandbox.close)
+        traj = _failed(task, sample, agent, f"sandbox start failed: {type(e).__name__}: {e}")
+        traj.wall_s = time.monotonic() - t0
+        return traj
+    try:
+        traj = await agent.run(task, sandbox, sample_index=sample, seed=config.seed)
+    finally:
+        await asyncio.to_thread(sandbox.close)
+    if config.grade and traj.exit_reason is not ExitReason.error:
+        result = await asyncio.to_thread(
+            grade_prediction, task, traj.patch, image, config.grading, model_name=config.model_name or agent.engine.name,
+            log_subdir=f"sample-{sample}",
+        )
+        traj.grade_failure = result.failure_class.value if result.failure_class else None
+        traj.resolved = None if result.is_infra_error else result.resolved
+        details = result.tests.values()
+        traj.fail_to_pass_passed = sum(1 for d in details if d.expected == "FAIL_TO_PASS" and d.passed)
+        traj.pass_to_pass_failed = sum(1 for d in details if d.expected == "PASS_TO_PASS" and not d.passed)
+    return traj
+
+
+def _failed(task: Task, sample: int, agent: Agent, message: str) -> Trajectory:
+    return Trajectory(
+        instance_id=task.instance_id, sample_index=sample, trajectory_id=f"{task.instance_id}/{sample}",
+        policy_version=agent.engine.policy_version, engine=agent.engine.name, exit_reason=ExitReason.error, error=message,
+    )
+
+
+def rollout(tasks: Sequence[Task], images: dict[str, str], engine: InferenceEngine, chat: ChatFormat, config: RolloutConfig,
+            out_dir: Path, on_done: Callable[[Trajectory], None] | None = None) -> RolloutSummary:
+    """Synchronous entry point for the CLI and Prefect tasks."""
+    return asyncio.run(run_rollouts(tasks, images, engine, chat, config, TrajectoryStore(out_dir), on_done))

@@ -1,0 +1,144 @@
+"""Trajectories on disk: a folder of Parquet parts, one written atomically per finished run.
+
+A Parquet file cannot be appended to in place, and a writer killed mid-file leaves no
+readable footer. So each finished trajectory becomes its own small part
+(``part-<time>-<uuid>.parquet``, written to a temp name then renamed): a crash loses at
+most the runs still in flight, and a rerun skips every (instance_id, sample_index) that
+already has a part. ``compact()`` merges parts when the folder gets crowded.
+
+Schema (one row per trajectory; see swerl.agent.trajectory for the token layout):
+
+==================== ================ ==================================================
+column               type             meaning
+==================== ================ ==================================================
+instance_id          string           task id
+sample_index         int32            0..G-1 within the task
+trajectory_id        string           "<instance_id>/<sample_index>"
+policy_version       string           weights that sampled it
+model, engine        string           model path/name, engine name (hf, vllm, openai, scripted)
+seed                 int64 (null)     base seed of the run
+prompt_ids           list<int32>      chat-template prompt
+response_ids         list<int32>      replies and turn suffixes, in order
+action_mask          list<int8>       1 = sampled by the policy, 0 = environment/template
+logprobs             list<float32>    sampler log-prob on action tokens, 0 elsewhere
+exact_ids            bool             false if an HTTP engine forced re-tokenization
+exit_reason          string           submitted | max_turns | context_exceeded | timeout | format_errors | error
+error                string (null)    infrastructure error message
+patch                string           git diff at the end of the run
+num_turns            int32            replies given
+generation_s, environment_s, wall_s  float64  time split
+resolved             bool (null)      grading outcome (null = not graded)
+grade_failure        string (null)    the grader's failure class
+fail_to_pass_passed, pass_to_pass_failed  int32 (null)
+messages_json        string           the conversation as chat messages (JSON)
+turns_json           string           per-turn records (JSON)
+==================== ================ ==================================================
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from swerl.agent.trajectory import Trajectory, Turn
+
+SCHEMA = pa.schema(
+    [
+        ("instance_id", pa.string()),
+        ("sample_index", pa.int32()),
+        ("trajectory_id", pa.string()),
+        ("policy_version", pa.string()),
+        ("model", pa.string()),
+        ("engine", pa.string()),
+        ("seed", pa.int64()),
+        ("prompt_ids", pa.list_(pa.int32())),
+        ("response_ids", pa.list_(pa.int32())),
+        ("action_mask", pa.list_(pa.int8())),
+        ("logprobs", pa.list_(pa.float32())),
+        ("exact_ids", pa.bool_()),
+        ("exit_reason", pa.string()),
+        ("error", pa.string()),
+        ("patch", pa.string()),
+        ("num_turns", pa.int32()),
+        ("generation_s", pa.float64()),
+        ("environment_s", pa.float64()),
+        ("wall_s", pa.float64()),
+        ("resolved", pa.bool_()),
+        ("grade_failure", pa.string()),
+        ("fail_to_pass_passed", pa.int32()),
+        ("pass_to_pass_failed", pa.int32()),
+        ("messages_json", pa.string()),
+        ("turns_json", pa.string()),
+    ]
+)
+_PLAIN = [f.name for f in SCHEMA if f.name not in ("messages_json", "turns_json", "exit_reason")]
+
+
+def to_row(t: Trajectory) -> dict:
+    row = {name: getattr(t, name) for name in _PLAIN}
+    row["exit_reason"] = t.exit_reason.value
+    row["messages_json"] = json.dumps(t.messages, ensure_ascii=False)
+    row["turns_json"] = json.dumps([turn.model_dump() for turn in t.turns], ensure_ascii=False)
+    return row
+
+
+def from_row(row: dict) -> Trajectory:
+    data = {k: v for k, v in row.items() if k not in ("messages_json", "turns_json")}
+    data["messages"] = json.loads(row["messages_json"] or "[]")
+    data["turns"] = [Turn(**x) for x in json.loads(row["turns_json"] or "[]")]
+    return Trajectory(**data)
+
+
+class TrajectoryStore:
+    """The Parquet folder of one rollout run."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def parts(self) -> list[Path]:
+        return sorted(self.directory.glob("part-*.parquet"))
+
+    def append(self, trajectory: Trajectory) -> Path:
+        table = pa.Table.from_pylist([to_row(trajectory)], schema=SCHEMA)
+        name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
+        tmp = self.directory / f".{name}.tmp"
+        pq.write_table(table, tmp)
+        tmp.rename(self.directory / name)
+        return self.directory / name
+
+    def table(self) -> pa.Table:
+        parts = self.parts()
+        if not parts:
+            return SCHEMA.empty_table()
+        return pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in parts])
+
+    def done(self) -> set[tuple[str, int]]:
+        """(instance_id, sample_index) pairs with a stored trajectory."""
+        t = self.table().select(["instance_id", "sample_index"]).to_pydict()
+        return set(zip(t["instance_id"], t["sample_index"]))
+
+    def trajectories(self) -> list[Trajectory]:
+        return [from_row(r) for r in self.table().to_pylist()]
+
+    def compact(self) -> Path | None:
+        """Merge all parts into one (atomically), keeping the last part of any duplicate pair."""
+        parts = self.parts()
+        if len(parts) < 2:
+            return parts[0] if parts else None
+        rows = {}
+        for r in self.table().to_pylist():
+            rows[(r["instance_id"], r["sample_index"])] = r
+        table = pa.Table.from_pylist(list(rows.values()), schema=SCHEMA)
+        name = f"part-{time.time_ns():020d}-compact.parquet"
+        tmp = self.directory / f".{name}.tmp"
+        pq.write_table(table, tmp)
+        tmp.rename(self.directory / name)
+        for p in parts:
+            p.unlink()
+        return self.directory / name
