@@ -71,3 +71,11 @@ def git_patch(repo: Path, commit: str, changes: dict[str, str | None], tmp: Path
             target.write_text(content)
     subprocess.run(["git", "add", "-A"], cwd=work, check=True)
     return subprocess.run(["git", "diff", "--cached", commit], cwd=work, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """The tiny default policy (random Qwen2 weights, locally trained tokenizer), made once per session."""
+    from swerl.models import init_tiny
+
+    return init_tiny(tmp_path_factory.mktemp("tiny-model"))

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from swerl.cli.model import model_app
 from swerl.cli.progress import bar
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Train software-engineering agents with RL.")
@@ -23,6 +24,7 @@ app.add_typer(tasks_app, name="tasks")
 app.add_typer(images_app, name="images")
 app.add_typer(demo_app, name="demo")
 app.add_typer(sandbox_app, name="sandbox")
+app.add_typer(model_app, name="model")
 
 console = Console(stderr=True, soft_wrap=True)
 
