@@ -224,6 +224,9 @@ def sandbox_reap(everything: bool = typer.Option(False, "--all", help="Remove ev
     console.print(f"removed {len(removed)} container(s)")
 
 
+from swerl.cli import rollout as _rollout_commands  # noqa: E402,F401  registers `rollout` and `eval` on app
+
+
 def main() -> None:
     app()
 

@@ -119,22 +119,26 @@ class TrajectoryStore:
         return pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in parts])
 
     def done(self) -> set[tuple[str, int]]:
-        """(instance_id, sample_index) pairs with a stored trajectory."""
-        t = self.table().select(["instance_id", "sample_index"]).to_pydict()
-        return set(zip(t["instance_id"], t["sample_index"]))
+        """(instance_id, sample_index) pairs with a stored trajectory that is not an infrastructure error."""
+        t = self.table().select(["instance_id", "sample_index", "exit_reason"]).to_pydict()
+        return {(i, s) for i, s, r in zip(t["instance_id"], t["sample_index"], t["exit_reason"]) if r != "error"}
+
+    def latest_rows(self) -> list[dict]:
+        """One row per (instance_id, sample_index): the last one written (a retried error is replaced)."""
+        rows: dict[tuple[str, int], dict] = {}
+        for r in self.table().to_pylist():  # parts are read oldest first
+            rows[(r["instance_id"], r["sample_index"])] = r
+        return [rows[k] for k in sorted(rows)]
 
     def trajectories(self) -> list[Trajectory]:
-        return [from_row(r) for r in self.table().to_pylist()]
+        return [from_row(r) for r in self.latest_rows()]
 
     def compact(self) -> Path | None:
-        """Merge all parts into one (atomically), keeping the last part of any duplicate pair."""
+        """Merge all parts into one, keeping the latest row of each pair; the merged part lands before the old ones go."""
         parts = self.parts()
         if len(parts) < 2:
             return parts[0] if parts else None
-        rows = {}
-        for r in self.table().to_pylist():
-            rows[(r["instance_id"], r["sample_index"])] = r
-        table = pa.Table.from_pylist(list(rows.values()), schema=SCHEMA)
+        table = pa.Table.from_pylist(self.latest_rows(), schema=SCHEMA)
         name = f"part-{time.time_ns():020d}-compact.parquet"
         tmp = self.directory / f".{name}.tmp"
         pq.write_table(table, tmp)

@@ -1,0 +1,1 @@
+"""Evaluation: Pass@1 over k runs with its standard error, and unbiased Pass@k."""

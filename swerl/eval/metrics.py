@@ -1,0 +1,52 @@
+"""The evaluation math, as in the paper (section 5 of REFERENCE.md) and Chen et al. 2021.
+
+* Pass@1 = the mean over k independent runs of each run's resolved rate, reported with
+  the standard error of that mean (sample std, ddof=1, over sqrt(k)).
+* Pass@k from n runs of which c resolved a task: 1 - C(n-c, k) / C(n, k), averaged over
+  tasks (the unbiased estimator; it is *not* 1 - (1-p)^k).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased probability that at least one of k draws (of n, c correct) is correct."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if n - c < k:
+        return 1.0
+    # product form of 1 - C(n-c,k)/C(n,k): exact for large n without huge binomials
+    return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
+
+
+def mean_and_sem(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and its standard error (0.0 for a single value)."""
+    if not values:
+        raise ValueError("no values")
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return mean, 0.0
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return mean, math.sqrt(var / len(values))
+
+
+def pass_at_1_over_runs(outcomes: Mapping[str, Sequence[bool]]) -> tuple[float, float, list[float]]:
+    """(mean, SEM, per-run rates) of Pass@1 from ``{instance_id: [resolved in run 0, 1, ...]}``.
+
+    Every task must have the same number of runs: run r is the r-th sample of each task.
+    """
+    runs = {len(v) for v in outcomes.values()}
+    if len(runs) != 1:
+        raise ValueError(f"tasks have different numbers of runs: {sorted(runs)}; finish or drop the incomplete ones")
+    k = runs.pop()
+    per_run = [sum(bool(v[r]) for v in outcomes.values()) / len(outcomes) for r in range(k)]
+    mean, sem = mean_and_sem(per_run)
+    return mean, sem, per_run
+
+
+def mean_pass_at_k(outcomes: Mapping[str, Sequence[bool]], k: int) -> float:
+    """Pass@k averaged over tasks, each from all of its runs."""
+    return sum(pass_at_k(len(v), sum(map(bool, v)), k) for v in outcomes.values()) / len(outcomes)
