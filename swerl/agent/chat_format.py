@@ -54,7 +54,8 @@ class ChatFormat:
         nxt = render(with_obs, add_generation_prompt=True)
         if not full.startswith(prompt + PROBE_REPLY):
             raise ChatTemplateError("the chat template does not render an assistant reply right after the generation prompt")
-        if not nxt.startswith(full):
+        second = render(with_obs + [{"role": "assistant", "content": PROBE_REPLY + "-2"}])
+        if not nxt.startswith(full) or not second.startswith(nxt + PROBE_REPLY + "-2"):
             raise ChatTemplateError(
                 "the chat template re-renders earlier turns when a turn is added, so ids cannot be appended turn by turn"
             )

@@ -1,0 +1,65 @@
+"""Pass@1 over runs with its standard error, and the unbiased Pass@k estimator."""
+
+import math
+
+import pytest
+
+from swerl.agent.trajectory import ExitReason, Trajectory
+from swerl.eval.metrics import mean_and_sem, mean_pass_at_k, pass_at_1_over_runs, pass_at_k
+from swerl.eval.report import build_report
+
+
+def test_pass_at_k_matches_the_binomial_formula():
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+    assert pass_at_k(10, 3, 2) == pytest.approx(1 - math.comb(7, 2) / math.comb(10, 2))
+    assert pass_at_k(10, 0, 5) == 0.0
+    assert pass_at_k(10, 6, 5) == 1.0  # fewer than k failures: some draw always succeeds
+
+
+def test_pass_at_k_is_not_the_naive_estimate():
+    assert pass_at_k(4, 2, 2) == pytest.approx(5 / 6)
+    assert pass_at_k(4, 2, 2) != pytest.approx(1 - 0.5**2)
+
+
+def test_pass_at_k_rejects_impossible_counts():
+    with pytest.raises(ValueError):
+        pass_at_k(3, 4, 1)
+    with pytest.raises(ValueError):
+        pass_at_k(3, 1, 4)
+
+
+def test_mean_and_sem():
+    mean, sem = mean_and_sem([0.2, 0.4, 0.6])
+    assert mean == pytest.approx(0.4)
+    assert sem == pytest.approx(0.2 / math.sqrt(3))
+    assert mean_and_sem([0.5]) == (0.5, 0.0)
+
+
+def test_pass_at_1_is_the_mean_over_runs_with_its_sem():
+    outcomes = {"a": [True, True, False], "b": [False, True, False]}
+    mean, sem, per_run = pass_at_1_over_runs(outcomes)
+    assert per_run == [0.5, 1.0, 0.0]
+    assert mean == pytest.approx(0.5)
+    assert sem == pytest.approx(0.5 / math.sqrt(3))
+    assert mean_pass_at_k(outcomes, 3) == 1.0
+    assert mean_pass_at_k(outcomes, 1) == pytest.approx((2 / 3 + 1 / 3) / 2)
+
+
+def test_unequal_run_counts_are_refused():
+    with pytest.raises(ValueError, match="different numbers of runs"):
+        pass_at_1_over_runs({"a": [True], "b": [True, False]})
+
+
+def _traj(iid, k, resolved):
+    return Trajectory(instance_id=iid, sample_index=k, trajectory_id=f"{iid}/{k}", policy_version="0",
+                      exit_reason=ExitReason.submitted, resolved=resolved, num_turns=2)
+
+
+def test_report_counts_ungraded_as_unresolved_and_names_missing_runs():
+    trajs = [_traj("a", 0, True), _traj("a", 1, None), _traj("b", 0, False), _traj("b", 1, True)]
+    report = build_report(trajs, runs=2)
+    assert report.pass_at_1_per_run == [0.5, 0.5]
+    assert report.ungraded == 1
+    assert report.pass_at_k == {1: 0.5, 2: 1.0}
+    with pytest.raises(ValueError, match="missing runs for 2 tasks"):
+        build_report(trajs, runs=3)
