@@ -79,3 +79,19 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     from swerl.models import init_tiny
 
     return init_tiny(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def tok(tiny_model_dir):
+    """The tiny model's tokenizer, loaded the way users load any model's."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def chat(tok):
+    """The token-exact chat format of the tiny model's tokenizer."""
+    from swerl.agent.chat_format import ChatFormat
+
+    return ChatFormat(tok)

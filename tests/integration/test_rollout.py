@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from transformers import AutoTokenizer
 
-from swerl.agent.chat_format import ChatFormat
 from swerl.agent.loop import Agent, AgentConfig
 from swerl.agent.tools import install_tools
 from swerl.agent.trajectory import ExitReason
@@ -26,16 +24,6 @@ from swerl.rollout.store import TrajectoryStore
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 DURATIONS = "swerl-demo__durations-1"
-
-
-@pytest.fixture(scope="module")
-def tok(tiny_model_dir):
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
-
-
-@pytest.fixture(scope="module")
-def chat(tok):
-    return ChatFormat(tok)
 
 
 def assert_prefix_invariant(traj, chat, tok):

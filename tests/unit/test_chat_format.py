@@ -5,19 +5,8 @@ own tokenization of the same messages, for the shipped tokenizer.
 """
 
 import pytest
-from transformers import AutoTokenizer
 
 from swerl.agent.chat_format import ChatFormat, ChatTemplateError
-
-
-@pytest.fixture(scope="module")
-def tok(tiny_model_dir):
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
-
-
-@pytest.fixture(scope="module")
-def chat(tok):
-    return ChatFormat(tok)
 
 
 def test_delimiters_are_read_off_the_template(chat, tok):
