@@ -1,0 +1,110 @@
+"""The paper's DAPO loss (REFERENCE.md section 4), a pure function over padded [B, T] tensors.
+
+Per action token: ``rho = pi_theta / pi_old``, objective
+``min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A)``; the loss is minus the sum over
+ALL action tokens of the batch divided by their number (token-level aggregation). A
+micro-batch passes ``norm_tokens`` = the action tokens of the whole optimiser step, so that
+summing micro-batch losses (and gradients) reproduces the single-batch value exactly.
+Observation tokens (mask 0) never enter the loss and get exactly zero gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+Aggregation = Literal["token", "sequence"]
+
+
+def masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sum of ``x`` where ``mask`` is set; masked-out values (even inf or nan) do not leak."""
+    return torch.where(mask, x, torch.zeros_like(x)).sum()
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over the set entries of ``mask``; 0 when none is set."""
+    return masked_sum(x, mask) / mask.sum().clamp(min=1)
+
+
+def clipped_objective(ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
+    """Per-token ``min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A)`` (to be maximised)."""
+    clipped = ratio.clamp(1 - eps_low, 1 + eps_high)
+    return torch.min(ratio * advantages, clipped * advantages)
+
+
+def k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimator of KL(q || p) from ``log_ratio = log p - log q`` at samples of q: (r - 1) - log r."""
+    return torch.expm1(log_ratio) - log_ratio
+
+
+def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, aggregation: Aggregation,
+               norm_tokens: int | None, norm_sequences: int | None) -> torch.Tensor:
+    """Mean over the batch of a per-token quantity, token-level or sequence-level."""
+    if aggregation == "token":
+        denominator = norm_tokens if norm_tokens is not None else mask.sum().clamp(min=1)
+        return masked_sum(per_token, mask) / denominator
+    # sequence: mean over each sequence's action tokens, then mean over sequences that have any
+    per_sequence = torch.where(mask, per_token, torch.zeros_like(per_token)).sum(-1) / mask.sum(-1).clamp(min=1)
+    has_tokens = mask.any(-1)
+    denominator = norm_sequences if norm_sequences is not None else has_tokens.sum().clamp(min=1)
+    return masked_sum(per_sequence, has_tokens) / denominator
+
+
+def dapo_loss(
+    logprobs: torch.Tensor,  # [B, T] log pi_theta(token), with grad
+    old_logprobs: torch.Tensor,  # [B, T] log pi_old(token) from the sampler
+    advantages: torch.Tensor,  # [B] one per trajectory, or [B, T]
+    action_mask: torch.Tensor,  # [B, T] 1 where the policy sampled the token
+    eps_low: float = 0.2,
+    eps_high: float = 0.3,
+    norm_tokens: int | None = None,
+    aggregation: Aggregation = "token",
+    ref_logprobs: torch.Tensor | None = None,  # [B, T] log pi_ref(token), for the optional KL term
+    kl_coef: float = 0.0,
+    entropy: torch.Tensor | None = None,  # [B, T] per-token entropy of pi_theta, for the metric only
+    norm_sequences: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``(loss, metrics)``; metrics are detached scalars over action tokens only.
+
+    ``norm_tokens`` (token aggregation) / ``norm_sequences`` (sequence aggregation): the
+    denominator to use instead of this call's own count, for gradient accumulation.
+    Metrics: ``clip_frac_low`` (A < 0 and rho < 1 - eps_low: the low clip is what stops the
+    gradient), ``clip_frac_high`` (A > 0 and rho > 1 + eps_high), ``approx_kl`` (k3 estimate of
+    KL(pi_old || pi_theta)), ``ratio_mean/min/max``, ``kl_ref`` and ``entropy`` when their
+    inputs are given, and ``action_tokens`` (to weight metrics across micro-batches).
+    """
+    if aggregation not in ("token", "sequence"):
+        raise ValueError(f"aggregation must be 'token' or 'sequence', got {aggregation!r}")
+    if aggregation == "token" and norm_sequences is not None or aggregation == "sequence" and norm_tokens is not None:
+        raise ValueError("norm_tokens goes with aggregation='token', norm_sequences with aggregation='sequence'")
+    if kl_coef and ref_logprobs is None:
+        raise ValueError(f"kl_coef={kl_coef} needs ref_logprobs")
+    mask = action_mask.bool()
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+    # where, not multiplication: masked positions get ratio 1 and exactly zero gradient
+    log_ratio = torch.where(mask, logprobs - old_logprobs, torch.zeros_like(logprobs))
+    ratio = torch.exp(log_ratio)
+    pg_loss = -_aggregate(clipped_objective(ratio, adv, eps_low, eps_high), mask, aggregation, norm_tokens, norm_sequences)
+    loss = pg_loss
+    metrics: dict[str, torch.Tensor] = {"pg_loss": pg_loss.detach()}
+    if ref_logprobs is not None:
+        kl_ref_tokens = k3(torch.where(mask, ref_logprobs - logprobs, torch.zeros_like(logprobs)))
+        if kl_coef:
+            loss = loss + kl_coef * _aggregate(kl_ref_tokens, mask, aggregation, norm_tokens, norm_sequences)
+        metrics["kl_ref"] = masked_mean(kl_ref_tokens.detach(), mask)
+
+    with torch.no_grad():
+        adv_full = adv.expand_as(ratio)
+        n = mask.sum()
+        metrics["action_tokens"] = n
+        metrics["clip_frac_low"] = masked_mean(((adv_full < 0) & (ratio < 1 - eps_low)).to(ratio.dtype), mask)
+        metrics["clip_frac_high"] = masked_mean(((adv_full > 0) & (ratio > 1 + eps_high)).to(ratio.dtype), mask)
+        metrics["approx_kl"] = masked_mean(k3(log_ratio), mask)
+        metrics["ratio_mean"] = masked_mean(ratio, mask)
+        one = torch.ones((), dtype=ratio.dtype, device=ratio.device)
+        metrics["ratio_min"] = torch.where(n > 0, torch.where(mask, ratio, torch.inf).amin(), one)
+        metrics["ratio_max"] = torch.where(n > 0, torch.where(mask, ratio, -torch.inf).amax(), one)
+        if entropy is not None:
+            metrics["entropy"] = masked_mean(entropy, mask)
+    return loss, metrics

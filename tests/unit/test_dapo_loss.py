@@ -1,0 +1,130 @@
+"""The DAPO loss: clipped per-token objective, token-level normalisation, masks and metrics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from swerl.rl.loss import clipped_objective, dapo_loss
+
+EPS_LOW, EPS_HIGH = 0.2, 0.3  # the paper's stage 1: rho is clipped to [0.8, 1.3]
+
+# one action token per row, at column 1; columns 0 and 2 are observation tokens
+RATIOS = [0.5, 0.5, 2.0, 2.0, 1.1]
+ADVANTAGES = [-1.0, 1.0, 1.0, -1.0, 1.0]
+
+
+def five_cases():
+    """(logprobs [5, 3] leaf, old_logprobs, advantages [5], action_mask) with rho = RATIOS on the action tokens."""
+    old = torch.full((5, 3), -1.0, dtype=torch.float64)
+    new = old.clone()
+    new[:, 1] = old[:, 1] + torch.log(torch.tensor(RATIOS, dtype=torch.float64))
+    new[:, 0], new[:, 2] = 100.0, -100.0  # junk on observation tokens: exp(101) must not leak into the loss
+    mask = torch.tensor([[0, 1, 0]] * 5)
+    return new.requires_grad_(), old, torch.tensor(ADVANTAGES, dtype=torch.float64), mask
+
+
+def test_clipped_objective_per_token_values():
+    ratio = torch.tensor(RATIOS, dtype=torch.float64)
+    adv = torch.tensor(ADVANTAGES, dtype=torch.float64)
+    obj = clipped_objective(ratio, adv, EPS_LOW, EPS_HIGH)
+    assert obj.tolist() == pytest.approx([
+        -0.8,  # rho 0.5 < 0.8, A < 0: min(-0.5, -0.8) -> the low clip binds
+        0.5,  # rho 0.5 < 0.8, A > 0: min(0.5, 0.8) -> unclipped, the gradient still pushes rho up
+        1.3,  # rho 2.0 > 1.3, A > 0: min(2.0, 1.3) -> the high clip binds
+        -2.0,  # rho 2.0 > 1.3, A < 0: min(-2.0, -1.3) -> unclipped, the gradient still pushes rho down
+        1.1,  # inside [0.8, 1.3]: rho * A
+    ], abs=1e-15)
+
+
+def test_loss_gradient_and_clip_fractions_worked_example():
+    logprobs, old, adv, mask = five_cases()
+    loss, m = dapo_loss(logprobs, old, adv, mask, EPS_LOW, EPS_HIGH)
+    # -(-0.8 + 0.5 + 1.3 - 2.0 + 1.1) / 5 action tokens
+    assert loss.item() == pytest.approx(-0.02, abs=1e-15)
+    loss.backward()
+    # d loss / d logprob = -(rho * A) / 5 where unclipped, 0 where the clip binds, exactly 0 off the action tokens
+    assert logprobs.grad[:, 1].tolist() == pytest.approx([0.0, -0.1, 0.0, 0.4, -0.22], abs=1e-15)
+    assert logprobs.grad[:, [0, 2]].eq(0).all()
+    assert (m["clip_frac_low"].item(), m["clip_frac_high"].item()) == (0.2, 0.2)
+    assert m["action_tokens"].item() == 5
+    assert m["ratio_mean"].item() == pytest.approx(1.22, abs=1e-14)
+    assert (m["ratio_min"].item(), m["ratio_max"].item()) == pytest.approx((0.5, 2.0), abs=1e-15)
+    # k3 = (rho - 1) - log rho, averaged over the five action tokens
+    k3 = [(r - 1) - math.log(r) for r in RATIOS]
+    assert m["approx_kl"].item() == pytest.approx(sum(k3) / 5, abs=1e-15)
+    assert "entropy" not in m and "kl_ref" not in m
+
+
+def test_entropy_metric_is_the_mean_over_action_tokens():
+    logprobs, old, adv, mask = five_cases()
+    entropy = torch.tensor([[9.0, 1.0, 9.0], [9.0, 2.0, 9.0], [9.0, 3.0, 9.0], [9.0, 4.0, 9.0], [9.0, 5.0, 9.0]])
+    _, m = dapo_loss(logprobs, old, adv, mask, entropy=entropy)
+    assert m["entropy"].item() == 3.0
+
+
+def random_batch(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(4, 6, generator=g, dtype=torch.float64) * 3
+    new = old + (torch.rand(4, 6, generator=g, dtype=torch.float64) - 0.5)  # rho in [0.61, 1.65]: some clipped
+    mask = torch.tensor([[0, 0, 1, 1, 0, 1], [0, 1, 1, 1, 1, 0], [0, 0, 0, 1, 0, 0], [0, 1, 0, 1, 1, 1]])
+    adv = torch.tensor([0.9, -0.9, 1.5, -0.4], dtype=torch.float64)
+    return new, old, adv, mask
+
+
+def test_micro_batches_normalised_by_the_global_count_reproduce_the_full_batch():
+    new, old, adv, mask = random_batch()
+    full_lp = new.clone().requires_grad_()
+    full, _ = dapo_loss(full_lp, old, adv, mask)
+    full.backward()
+
+    split_lp = new.clone().requires_grad_()
+    n = int(mask.sum())  # 12 action tokens in the whole batch
+    total = torch.zeros((), dtype=torch.float64)
+    for rows in ([0, 1], [2, 3]):
+        part, _ = dapo_loss(split_lp[rows], old[rows], adv[rows], mask[rows], norm_tokens=n)
+        part.backward()  # gradients accumulate in split_lp.grad
+        total = total + part.detach()
+    assert torch.allclose(total, full.detach(), atol=1e-7, rtol=0)
+    assert torch.allclose(split_lp.grad, full_lp.grad, atol=1e-7, rtol=0)
+    # without the global count each half is its own mean, and the sum is not the batch loss
+    a, _ = dapo_loss(new[[0, 1]], old[[0, 1]], adv[[0, 1]], mask[[0, 1]])
+    b, _ = dapo_loss(new[[2, 3]], old[[2, 3]], adv[[2, 3]], mask[[2, 3]])
+    assert not torch.allclose(a + b, full.detach())
+
+
+def test_sequence_aggregation_weights_sequences_not_tokens():
+    # row 0: one action token with rho 1, A = +1; row 1: three action tokens with rho 1, A = -1
+    lp = torch.zeros(2, 4, dtype=torch.float64)
+    mask = torch.tensor([[0, 1, 0, 0], [0, 1, 1, 1]])
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    token, _ = dapo_loss(lp, lp, adv, mask)
+    sequence, _ = dapo_loss(lp, lp, adv, mask, aggregation="sequence")
+    assert token.item() == 0.5  # -(1 - 3) / 4 tokens
+    assert sequence.item() == 0.0  # -(1 + (-1)) / 2 sequences
+    half, _ = dapo_loss(lp[:1], lp[:1], adv[:1], mask[:1], aggregation="sequence", norm_sequences=2)
+    assert half.item() == -0.5  # row 0's mean -1, over the 2 sequences of the whole batch
+
+
+def test_kl_to_reference_is_off_by_default_and_k3_when_on():
+    logprobs, old, adv, mask = five_cases()
+    ref = logprobs.detach() + math.log(2.0)  # pi_ref = 2 pi_theta on every token
+    plain, _ = dapo_loss(logprobs, old, adv, mask)
+    with_ref, m = dapo_loss(logprobs, old, adv, mask, ref_logprobs=ref)
+    assert with_ref.item() == plain.item()
+    k3 = (2.0 - 1.0) - math.log(2.0)  # (r - 1) - log r with r = pi_ref / pi_theta = 2
+    assert m["kl_ref"].item() == pytest.approx(k3, abs=1e-15)
+    on, _ = dapo_loss(logprobs, old, adv, mask, ref_logprobs=ref, kl_coef=0.1)
+    assert on.item() == pytest.approx(plain.item() + 0.1 * k3, abs=1e-15)
+
+
+def test_inconsistent_arguments_are_refused():
+    logprobs, old, adv, mask = five_cases()
+    with pytest.raises(ValueError, match="kl_coef=0.1 needs ref_logprobs"):
+        dapo_loss(logprobs, old, adv, mask, kl_coef=0.1)
+    with pytest.raises(ValueError, match="norm_tokens goes with aggregation='token'"):
+        dapo_loss(logprobs, old, adv, mask, aggregation="sequence", norm_tokens=10)
+    with pytest.raises(ValueError, match="aggregation must be 'token' or 'sequence', got 'sample'"):
+        dapo_loss(logprobs, old, adv, mask, aggregation="sample")
