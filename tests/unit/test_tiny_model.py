@@ -162,6 +162,6 @@ def test_the_config_rejects_unknown_fields_and_heads_that_do_not_divide():
     with pytest.raises(ValidationError, match="num_attention_heads=5 must divide hidden_size=64"):
         TinyModelConfig(num_attention_heads=5)
     with pytest.raises(ValidationError, match="num_key_value_heads=3 must divide num_attention_heads=4"):
-        TinyModelConfig(num_key_value_heads=3)
+        TinyModelConfig(num_attention_heads=4, num_key_value_heads=3)
     with pytest.raises(ValidationError, match="greater than or equal to 512"):
         TinyModelConfig(vocab_size=100)
