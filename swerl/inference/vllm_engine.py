@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig
+from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig, completion_budget
 
 log = logging.getLogger(__name__)
 
@@ -266,8 +266,7 @@ class VLLMEngine:
         n = len(request.prompt_ids)
         if n == 0:
             raise EngineError(f"request {request.request_id}: empty prompt")
-        if n >= self.max_context:
-            raise EngineError(f"request {request.request_id}: prompt of {n} tokens leaves no room in the context of {self.max_context}")
+        completion_budget(request, self.max_context)
         bad = [t for t in (*request.prompt_ids, *request.stop_token_ids) if not 0 <= t < self.vocab_size]
         if bad:  # an out-of-range id would crash vLLM's worker, failing every request in flight
             raise EngineError(f"request {request.request_id}: token ids outside the vocabulary of {self.vocab_size}: {bad[:5]}")
@@ -287,7 +286,7 @@ class VLLMEngine:
             repetition_penalty=s.repetition_penalty,
             presence_penalty=0.0,
             frequency_penalty=0.0,
-            max_tokens=min(request.max_new_tokens, s.max_new_tokens),
+            max_tokens=min(completion_budget(request, self.max_context), s.max_new_tokens),
             seed=_request_seed(request, s),
             stop_token_ids=list(request.stop_token_ids),
             # Only the request's stop ids end a turn, as in every swerl engine: not the
