@@ -1,0 +1,169 @@
+"""The shared optimiser step: exact gradient accumulation, observation tokens out of the loss,
+the micro-batch plan across processes, the lr schedule, and the batch and config contracts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from pydantic import ValidationError
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from swerl.rl.loss import dapo_loss
+from swerl.train.base import TrainBatch, TrainerConfig
+from swerl.train.step import ActionLogprobModel, accumulate_gradients, learning_rate, plan_step, sft_loss
+
+V = 128
+
+
+def policy() -> Qwen2ForCausalLM:
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=64, tie_word_embeddings=True)
+    return Qwen2ForCausalLM(config).train()
+
+
+def batch(seed: int = 0, n: int = 5) -> TrainBatch:
+    """Prompt (mask 0), then action / observation / action turns; the last sequence ends on an observation."""
+    g = torch.Generator().manual_seed(seed)
+    ids, masks, olds = [], [], []
+    for i in range(n):
+        length = 9 + 3 * i
+        mask = torch.zeros(length, dtype=torch.bool)
+        mask[3:6] = True  # first reply
+        mask[8:length - 2] = True  # second reply, after an observation at 6-7
+        ids.append(torch.randint(0, V, (length,), generator=g))
+        masks.append(mask)
+        olds.append(torch.where(mask, -math.log(V) + 0.2 * torch.randn(length, generator=g), torch.zeros(length)))
+    return TrainBatch(ids, masks, olds, torch.randn(n, generator=g))
+
+
+def gradients(cfg: TrainerConfig, b: TrainBatch, model: Qwen2ForCausalLM | None = None) -> dict[str, torch.Tensor]:
+    model = model or policy()
+    accumulate_gradients(ActionLogprobModel(model, chunk_size=7), b, plan_step(b, cfg), cfg, torch.Tensor.backward,
+                         torch.device("cpu"))
+    return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+@pytest.mark.parametrize("objective", ["dapo", "sft"])
+@pytest.mark.parametrize("aggregation", ["token", "sequence"])
+def test_one_microbatch_and_many_give_the_same_gradients(objective, aggregation):
+    b = batch()
+    one = TrainerConfig(objective=objective, loss_aggregation=aggregation, max_tokens_per_microbatch=10_000)
+    many = one.model_copy(update={"max_tokens_per_microbatch": 30})
+    assert plan_step(b, many).microbatches == [[2, 1], [4], [3], [0]]  # padded tokens 30 (15 + 12), 21, 18, 9
+    assert max_diff(gradients(one, b), gradients(many, b)) < 1e-6  # measured: <= 1.1e-7 on gradients up to 0.23 (float32 summation order)
+
+
+def test_accumulated_gradient_equals_the_full_logits_reference():
+    b = batch()
+    cfg = TrainerConfig(max_tokens_per_microbatch=30)
+    got = gradients(cfg, b)
+    model = policy()  # the slow way: one padded batch, [B, T, V] logits, the paper's loss over the whole batch
+    p = b.padded()
+    logits = model(input_ids=p["input_ids"], attention_mask=p["attention_mask"]).logits.float()
+    logp = torch.zeros_like(p["old_logprobs"])
+    logp[:, 1:] = torch.log_softmax(logits, -1)[:, :-1].gather(-1, p["input_ids"][:, 1:, None]).squeeze(-1)
+    loss, _ = dapo_loss(logp, p["old_logprobs"], p["advantages"], p["action_mask"], 0.2, 0.3)
+    loss.backward()
+    assert max_diff(got, {n: q.grad for n, q in model.named_parameters()}) < 1e-5
+
+
+def test_values_at_observation_positions_change_nothing():
+    b = batch()
+    cfg = TrainerConfig(max_tokens_per_microbatch=30)
+    tampered = TrainBatch(b.input_ids, b.action_mask,
+                          [torch.where(m, old, torch.full_like(old, float("nan"))) for m, old in zip(b.action_mask, b.old_logprobs)],
+                          b.advantages)
+    reference = gradients(cfg, b)
+    assert all(torch.equal(reference[k], v) for k, v in gradients(cfg, tampered).items())
+
+
+def test_trailing_observation_tokens_get_exactly_zero_gradient_through_the_whole_model():
+    b = batch(n=2)
+    model = policy()
+    hidden: list[torch.Tensor] = []
+
+    def keep(module, args, out):
+        out.last_hidden_state.retain_grad()
+        hidden.append(out.last_hidden_state)
+
+    model.model.register_forward_hook(keep)
+    gradients(TrainerConfig(), b, model)
+    (h,) = hidden  # one micro-batch [2, T, H], longest sequence first
+    assert plan_step(b, TrainerConfig()).microbatches == [[1, 0]]
+    for row, mask in enumerate([b.action_mask[1], b.action_mask[0]]):
+        last_action = int(mask.nonzero().max())  # the hidden state at t predicts token t + 1
+        assert h.grad[row, :last_action].abs().sum() > 0
+        assert torch.equal(h.grad[row, last_action:], torch.zeros_like(h.grad[row, last_action:]))  # observations, padding
+
+
+def test_a_microbatch_without_action_tokens_contributes_exactly_zero():
+    b = batch()
+    silent = TrainBatch(b.input_ids, [torch.zeros_like(m) for m in b.action_mask], b.old_logprobs, b.advantages)
+    grads = gradients(TrainerConfig(max_tokens_per_microbatch=30), silent)  # backward still runs through the model
+    assert all(torch.equal(g, torch.zeros_like(g)) for g in grads.values())
+
+
+def test_sft_loss_is_minus_the_mean_action_logprob_over_the_step():
+    logprobs = torch.tensor([[0.0, -1.0, -2.0, 0.0], [0.0, -3.0, 0.0, 0.0]])
+    mask = torch.tensor([[0, 1, 1, 0], [0, 1, 0, 0]])
+    assert sft_loss(logprobs, mask).item() == pytest.approx(2.0)  # (1 + 2 + 3) / 3 tokens
+    assert sft_loss(logprobs, mask, norm_tokens=6).item() == pytest.approx(1.0)  # a micro-batch of a 6-token step
+    assert sft_loss(logprobs, mask, "sequence").item() == pytest.approx(2.25)  # (1.5 + 3) / 2 sequences
+
+
+def test_plan_deals_microbatches_evenly_and_pads_with_dummies():
+    lengths = [10, 8, 8, 5, 3]
+    b = TrainBatch([torch.arange(n) for n in lengths], [torch.arange(n) >= 2 for n in lengths])
+    cfg = TrainerConfig(max_tokens_per_microbatch=16)
+    # packed: [0] (10 tokens), [1, 2] (16), [3, 4] (10); largest first to the least-loaded process
+    assert plan_step(b, cfg, rank=0, world_size=2).microbatches == [[1, 2], []]  # [] is a dummy: same pass count
+    assert plan_step(b, cfg, rank=1, world_size=2).microbatches == [[0], [3, 4]]
+    plan = plan_step(b, cfg, rank=1, world_size=2)
+    assert (plan.norm_tokens, plan.norm_sequences, plan.world_size) == (24, 5, 2)  # the whole step's counts
+
+
+def test_learning_rate_warms_up_then_follows_the_schedule():
+    warm = TrainerConfig(lr=1e-6, warmup_steps=2)
+    assert [learning_rate(s, warm) for s in range(4)] == pytest.approx([1e-6 / 3, 2e-6 / 3, 1e-6, 1e-6])
+    cosine = TrainerConfig(lr=1e-6, warmup_steps=2, lr_schedule="cosine", total_steps=12)
+    assert [learning_rate(s, cosine) for s in (2, 7, 12, 20)] == pytest.approx([1e-6, 5e-7, 0.0, 0.0], abs=1e-15)
+    linear = TrainerConfig(lr=1e-6, lr_schedule="linear", total_steps=4)
+    assert [learning_rate(s, linear) for s in range(5)] == pytest.approx([1e-6, 7.5e-7, 5e-7, 2.5e-7, 0.0])
+
+
+def test_config_defaults_are_the_papers_and_bad_settings_are_refused():
+    cfg = TrainerConfig()
+    assert (cfg.lr, cfg.betas, cfg.weight_decay, cfg.grad_clip, cfg.eps_low, cfg.eps_high, cfg.kl_coef) == (
+        1e-6, (0.9, 0.999), 0.1, 1.0, 0.2, 0.3, 0.0)
+    with pytest.raises(ValidationError, match="set total_steps"):
+        TrainerConfig(lr_schedule="cosine")
+    with pytest.raises(ValidationError, match=r"betas must each be in \[0, 1\)"):
+        TrainerConfig(betas=(0.9, 1.0))
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        TrainerConfig(learning_rate=1e-5)
+
+
+def test_batch_from_padded_strips_padding_and_checks_its_rows():
+    ids = torch.tensor([[5, 6, 7, 0], [5, 6, 0, 0]])
+    b = TrainBatch.from_padded(ids, torch.tensor([[0, 1, 1, 0], [0, 1, 0, 0]]), torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]),
+                               old_logprobs=torch.zeros(2, 4), advantages=[1.0, -1.0])
+    assert b.lengths == [3, 2] and b.action_tokens == 3
+    assert torch.equal(b.padded()["input_ids"], ids[:, :3])  # padded to the longest row
+    with pytest.raises(ValueError, match="action_mask has 1 rows, input_ids has 2"):
+        TrainBatch([[1, 2], [1, 2]], [[0, 1]])
+    with pytest.raises(ValueError, match=r"sequence 0 has 2 tokens and action_mask\[0\]=True"):
+        TrainBatch([[1, 2]], [[1, 1]])
+
+
+def test_batch_file_round_trip(tmp_path):
+    b = batch()
+    again = TrainBatch.load(b.save(tmp_path / "b.pt"))
+    assert all(torch.equal(x, y) for x, y in zip(b.input_ids + b.old_logprobs, again.input_ids + again.old_logprobs))
+    assert torch.equal(b.advantages, again.advantages) and again.ref_logprobs is None
