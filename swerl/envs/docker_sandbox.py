@@ -248,15 +248,15 @@ def reap_containers(*, run_id: str | None = None, everything: bool = False) -> l
     import socket
 
     host, now, removed = socket.gethostname(), time.time(), []
-    for c in docker_client().containers.list(all=True, filters={"label": f"{labels.MANAGED}=1"}):
-        lbl = c.labels
+    for c in _listed(filters={"label": f"{labels.MANAGED}=1"}):
+        lbl = c.attrs.get("Labels") or {}
         dead_owner = lbl.get(labels.OWNER_HOST) == host and not _pid_alive(int(lbl.get(labels.OWNER_PID, "0") or 0))
         expired = float(lbl.get(labels.EXPIRES_AT, "inf")) < now
         ours = run_id is not None and lbl.get(labels.RUN_ID) == run_id
         if everything or dead_owner or expired or ours:
             try:
                 c.remove(force=True)
-                removed.append(c.name)
+                removed.append(_name(c))
             except (NotFound, APIError):
                 pass
     return removed
@@ -264,7 +264,18 @@ def reap_containers(*, run_id: str | None = None, everything: bool = False) -> l
 
 def running_containers(run_id: str) -> list[str]:
     """Names of containers still alive for ``run_id`` (leak checks)."""
-    return [c.name for c in docker_client().containers.list(all=True, filters={"label": f"{labels.RUN_ID}={run_id}"})]
+    return [_name(c) for c in _listed(filters={"label": f"{labels.RUN_ID}={run_id}"})]
+
+
+def _listed(filters: dict) -> list:
+    """Containers from one list call; sparse, because a full listing inspects each container
+    and fails when one removes itself in between (sandboxes auto-remove)."""
+    return docker_client().containers.list(all=True, sparse=True, filters=filters)
+
+
+def _name(container) -> str:
+    names = container.attrs.get("Names") or [container.id]
+    return names[0].lstrip("/")
 
 
 __all__ = ["DockerSandbox", "DockerSandboxConfig", "concurrency_slots", "reap_containers", "running_containers"]
