@@ -195,8 +195,10 @@ def split(trajs, wall: float) -> dict:
     gen = sum(t.generation_s for t in trajs)
     env = sum(t.environment_s for t in trajs)
     agent = sum(t.wall_s for t in trajs)
+    sandbox = sum(t.sandbox_s for t in trajs)
     total = n * wall
-    parts = {"generation_s": gen, "environment_s": env, "agent_other_s": agent - gen - env, "sandbox_and_rest_s": total - agent}
+    parts = {"generation_s": gen, "environment_s": env, "agent_other_s": agent - gen - env, "sandbox_s": sandbox,
+             "waiting_s": total - agent - sandbox}
     return {"trajectories": n, "wall_s": wall, "trajectory_seconds": total, **parts,
             "fractions": {k: v / total for k, v in parts.items()}}
 
@@ -207,7 +209,8 @@ def print_split(label: str, s: dict) -> None:
     print(f"  generation (sum of per-turn waits)  {s['generation_s']:8.1f} s  {f['generation_s']:6.1%}")
     print(f"  environment (commands)              {s['environment_s']:8.1f} s  {f['environment_s']:6.1%}")
     print(f"  other agent work (final diff, ...)  {s['agent_other_s']:8.1f} s  {f['agent_other_s']:6.1%}")
-    print(f"  sandbox start/tools/close + rest    {s['sandbox_and_rest_s']:8.1f} s  {f['sandbox_and_rest_s']:6.1%}")
+    print(f"  sandbox start/tools/close           {s['sandbox_s']:8.1f} s  {f['sandbox_s']:6.1%}")
+    print(f"  waiting for a slot, grading, rest   {s['waiting_s']:8.1f} s  {f['waiting_s']:6.1%}")
 
 
 def busy_s(requests: list[dict]) -> float:

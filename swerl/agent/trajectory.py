@@ -69,7 +69,8 @@ class Trajectory(BaseModel):
     num_turns: int = Field(0, ge=0)
     generation_s: float = Field(0.0, ge=0)
     environment_s: float = Field(0.0, ge=0)
-    wall_s: float = Field(0.0, ge=0)
+    wall_s: float = Field(0.0, ge=0, description="The agent run, from first prompt to final diff.")
+    sandbox_s: float = Field(0.0, ge=0, description="Starting the sandbox, installing the tools, and removing it.")
     # filled by grading
     resolved: bool | None = None
     grade_failure: str | None = Field(None, description="The grader's FailureClass when graded.")

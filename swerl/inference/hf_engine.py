@@ -43,6 +43,9 @@ class HFEngineConfig(BaseModel):
     max_context: int | None = Field(None, ge=16, description="Prompt + completion tokens; default: the model's max_position_embeddings.")
     attn_implementation: Literal["sdpa", "eager"] = Field("sdpa", description="Attention kernel passed to from_pretrained.")
     gather_ms: float = Field(2.0, ge=0, le=1000, description="How long the worker waits for more requests before a prefill.")
+    torch_threads: int | None = Field(
+        None, ge=1, le=1024, description="torch intra-op threads on CPU; None keeps torch's default. Fewer than the cores leaves room for sandboxes."
+    )
     weight_load_timeout_s: float = Field(600, gt=0, description="load_weights waits this long for in-flight requests, then fails.")
 
 
@@ -88,6 +91,8 @@ class HFEngine:
         self.sampling = sampling or SamplingConfig()
         self.model_path = str(model)
         self.device = _resolve_device(self.config.device)
+        if self.config.torch_threads is not None:
+            torch.set_num_threads(self.config.torch_threads)
         self.dtype = _resolve_dtype(self.config.dtype, self.device)
         try:
             self.model = AutoModelForCausalLM.from_pretrained(

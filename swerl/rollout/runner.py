@@ -56,6 +56,7 @@ class RolloutSummary(BaseModel):
     graded: int
     generation_s: float
     environment_s: float
+    sandbox_s: float
     wall_s: float
     action_tokens: int
     store: str
@@ -101,6 +102,7 @@ async def run_rollouts(
         graded=sum(1 for t in produced if t.resolved is not None),
         generation_s=sum(t.generation_s for t in produced),
         environment_s=sum(t.environment_s for t in produced),
+        sandbox_s=sum(t.sandbox_s for t in produced),
         wall_s=time.monotonic() - start,
         action_tokens=sum(t.n_action_tokens for t in produced),
         store=str(store.directory),
@@ -118,12 +120,15 @@ async def _run_one(task: Task, sample: int, image: str | None, agent: Agent, con
     except Exception as e:  # sandbox start, tool install: infrastructure, isolated to this pair
         await asyncio.to_thread(sandbox.close)
         traj = _failed(task, sample, agent, f"sandbox start failed: {type(e).__name__}: {e}")
-        traj.wall_s = time.monotonic() - t0
+        traj.sandbox_s = time.monotonic() - t0
         return traj
+    started = time.monotonic()
     try:
         traj = await agent.run(task, sandbox, sample_index=sample, seed=config.seed)
     finally:
+        t1 = time.monotonic()
         await asyncio.to_thread(sandbox.close)
+    traj.sandbox_s = (started - t0) + (time.monotonic() - t1)
     if config.grade and traj.exit_reason is not ExitReason.error:
         result = await asyncio.to_thread(
             grade_prediction, task, traj.patch, image, config.grading, model_name=config.model_name or agent.engine.name,

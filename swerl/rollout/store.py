@@ -26,7 +26,7 @@ exit_reason          string           submitted | max_turns | context_exceeded |
 error                string (null)    infrastructure error message
 patch                string           git diff at the end of the run
 num_turns            int32            replies given
-generation_s, environment_s, wall_s  float64  time split
+generation_s, environment_s, wall_s, sandbox_s  float64  time split (sandbox: start + tools + removal)
 resolved             bool (null)      grading outcome (null = not graded)
 grade_failure        string (null)    the grader's failure class
 fail_to_pass_passed, pass_to_pass_failed  int32 (null)
@@ -68,6 +68,7 @@ SCHEMA = pa.schema(
         ("generation_s", pa.float64()),
         ("environment_s", pa.float64()),
         ("wall_s", pa.float64()),
+        ("sandbox_s", pa.float64()),
         ("resolved", pa.bool_()),
         ("grade_failure", pa.string()),
         ("fail_to_pass_passed", pa.int32()),
