@@ -44,7 +44,7 @@ class TrainerConfig(BaseModel):
     gradient_checkpointing: bool = Field(False, description="Recompute decoder activations in backward (activation memory ~ one layer).")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Compute dtype: 'auto' is float32 on CPU and bfloat16 on GPU. Master weights and optimiser state stay float32.")
-    device: str = Field("auto", description="'cpu', 'cuda', 'cuda:N', or 'auto' (the local GPU if any, else CPU). DeepSpeed uses the local rank's GPU.")
+    device: str = Field("auto", description="Torch backend: 'cpu', 'cuda', 'cuda:N', or 'auto' (the first GPU if any, else CPU). DeepSpeed ignores it: each process takes its local rank's GPU, or the CPU.")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Seeds python, numpy and torch when the trainer starts.")
     zero_stage: Literal[1, 2, 3] = Field(3, description="DeepSpeed ZeRO stage (deepspeed backend only): 3 partitions weights, gradients and optimiser state.")
 
@@ -128,9 +128,12 @@ class TrainBatch:
                     old_logprobs: torch.Tensor | None = None, advantages: torch.Tensor | Sequence[float] | None = None,
                     ref_logprobs: torch.Tensor | None = None, pad_token_id: int = 0) -> TrainBatch:
         """From right-padded [B, T] tensors; ``attention_mask`` (1 on real tokens) gives each row's length."""
-        lengths = attention_mask.sum(-1).tolist() if attention_mask is not None else [input_ids.shape[1]] * input_ids.shape[0]
-        if attention_mask is not None and not torch.equal(attention_mask.bool(), torch.arange(input_ids.shape[1]) < attention_mask.sum(-1, keepdim=True)):
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        counts = attention_mask.sum(-1, keepdim=True)
+        if not torch.equal(attention_mask.bool(), torch.arange(input_ids.shape[1]) < counts):
             raise ValueError("attention_mask must be right padding: ones, then zeros")
+        lengths = counts.squeeze(-1).tolist()
 
         def cut(x: torch.Tensor | None) -> list[torch.Tensor] | None:
             return None if x is None else [row[:n] for row, n in zip(x, lengths)]

@@ -73,32 +73,40 @@ def init_distributed() -> tuple[int, int, int]:
     return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0"))
 
 
+def _load_policy(model_dir: str | Path, ds_config: dict[str, Any]) -> torch.nn.Module:
+    """The model in float32; under ZeRO-3 loaded straight into partitions (zero.Init), never a full copy per process."""
+    from transformers import AutoModelForCausalLM
+    from transformers.integrations import HfDeepSpeedConfig
+
+    # transformers reads ZeRO-3 from a process-wide weak reference to this object: keep it alive
+    # for the load only, so later from_pretrained calls in this process (an engine) load normally
+    zero3 = HfDeepSpeedConfig(ds_config) if ds_config["zero_optimization"]["stage"] == 3 else None
+    try:
+        return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    finally:
+        del zero3
+
+
 class DeepSpeedTrainer:
     """``Trainer`` over ``deepspeed.initialize``; see the module docstring."""
 
     def __init__(self, model_dir: str | Path, config: TrainerConfig | None = None) -> None:
         import deepspeed
-        from transformers import AutoModelForCausalLM
+        from deepspeed.accelerator import get_accelerator
 
         self.config = cfg = config or TrainerConfig(backend="deepspeed")
         if cfg.backend != "deepspeed":
             raise ValueError(f"DeepSpeedTrainer runs backend 'deepspeed', the config asks for {cfg.backend!r}; use make_trainer")
         self.source = model_dir
         self.rank, self.world_size, local_rank = init_distributed()
-        if torch.cuda.is_available() and cfg.device in ("auto", "cuda"):
-            self.device = torch.device("cuda", local_rank)
-            torch.cuda.set_device(self.device)
-        else:
-            self.device = torch.device("cpu" if cfg.device == "auto" else cfg.device)
+        accelerator = get_accelerator()  # DeepSpeed's own choice: the local rank's GPU, or the CPU
+        self.device = torch.device(accelerator.device_name(local_rank))
+        if self.device.type != "cpu":
+            accelerator.set_device(local_rank)
         ds_config = deepspeed_config(cfg, compute_dtype(cfg.dtype, self.device))
         ckpt.seed_everything(cfg.seed)
         self._zero3 = cfg.zero_stage == 3
-        self._hf_ds_config = None
-        if self._zero3:  # from_pretrained loads straight into partitions (zero.Init), never a full copy per process
-            from transformers.integrations import HfDeepSpeedConfig
-
-            self._hf_ds_config = HfDeepSpeedConfig(ds_config)
-        self.policy = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        self.policy = _load_policy(model_dir, ds_config)
         if cfg.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.policy.train()
@@ -135,13 +143,19 @@ class DeepSpeedTrainer:
         """The full model on rank 0 (None elsewhere), one parameter gathered at a time. Collective."""
         import deepspeed
 
-        if not self._zero3:
-            return {k: v.detach().to("cpu", copy=True) for k, v in self.policy.state_dict().items()} if self.rank == 0 else None
-        state: dict[str, torch.Tensor] | None = {} if self.rank == 0 else None
+        if self.rank != 0:
+            for param in self.policy.parameters():
+                with deepspeed.zero.GatheredParameters([param], modifier_rank=None, enabled=self._zero3):
+                    pass
+            return None
+        state: dict[str, torch.Tensor] = {}
         for name, param in self.policy.named_parameters():  # a tied weight is listed once
-            with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
-                if state is not None:
-                    state[name] = param.detach().to("cpu", copy=True)
+            with deepspeed.zero.GatheredParameters([param], modifier_rank=None, enabled=self._zero3):
+                state[name] = param.detach().to("cpu", copy=True)
+        for prefix, module in self.policy.named_modules():  # buffers are never partitioned
+            for name, buf in module.named_buffers(recurse=False):
+                if name not in module._non_persistent_buffers_set:
+                    state[f"{prefix}.{name}" if prefix else name] = buf.detach().to("cpu", copy=True)
         return state
 
     def save(self, out: Path, *, iteration: int = 0, data_position: Mapping[str, Any] | None = None) -> Path:
@@ -187,4 +201,3 @@ class DeepSpeedTrainer:
     def close(self) -> None:
         """Free the engine; the process group stays (it belongs to the launcher)."""
         self.engine = self.optimizer = self.policy = None
-        self._hf_ds_config = None

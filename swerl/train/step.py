@@ -15,7 +15,7 @@ gradients over processes, so each process scales its loss by the world size.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +54,20 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     matrix = [len(getattr(p, "ds_shape", p.shape)) >= 2 for p in params]  # ZeRO-3 partitions are flat: ds_shape is the real one
     return [{"params": [p for p, m in zip(params, matrix) if m], "weight_decay": weight_decay},
             {"params": [p for p, m in zip(params, matrix) if not m], "weight_decay": 0.0}]
+
+
+def clip_grad_norm(parameters: Iterable[nn.Parameter], max_norm: float) -> float:
+    """The gradients' global L2 norm; when ``max_norm`` > 0 they are scaled by ``min(1, max_norm / (norm + 1e-6))``
+    (torch's and DeepSpeed's rule). On CPU the norm accumulates in float64: torch's float32
+    CPU norm of a 262k-entry embedding gradient is off by 5e-5 relative, DeepSpeed's is not."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norms = [torch.linalg.vector_norm(g, 2, dtype=torch.float64 if g.device.type == "cpu" else torch.float32) for g in grads]
+    norm = torch.linalg.vector_norm(torch.stack([n.to(norms[0].device) for n in norms]), 2) if norms else torch.zeros(())
+    if max_norm > 0:
+        coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(coef.to(g.device, g.dtype))
+    return float(norm)
 
 
 class ActionLogprobModel(nn.Module):

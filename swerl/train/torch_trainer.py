@@ -16,8 +16,8 @@ import torch
 from swerl.inference.weights import load_checkpoint_into
 from swerl.train import checkpoint as ckpt
 from swerl.train.base import ResumeState, TrainBatch, TrainerConfig
-from swerl.train.step import (ActionLogprobModel, accumulate_gradients, compute_dtype, finish_metrics, learning_rate,
-                              param_groups, plan_step, resolve_device)
+from swerl.train.step import (ActionLogprobModel, accumulate_gradients, clip_grad_norm, compute_dtype, finish_metrics,
+                              learning_rate, param_groups, plan_step, resolve_device)
 
 OPTIMIZER_FILE = "optimizer.pt"
 
@@ -55,11 +55,10 @@ class TorchTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         sums = accumulate_gradients(self.model, batch, plan_step(batch, cfg), cfg, torch.Tensor.backward,
                                     self.device, self.autocast_dtype)
-        max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), max_norm)
+        grad_norm = clip_grad_norm(self.policy.parameters(), cfg.grad_clip)
         self.optimizer.step()
         self.step += 1
-        return finish_metrics(sums, float(grad_norm), lr, time.perf_counter() - start) | {"step": float(self.step)}
+        return finish_metrics(sums, grad_norm, lr, time.perf_counter() - start) | {"step": float(self.step)}
 
     def save(self, out: Path, *, iteration: int = 0, data_position: Mapping[str, Any] | None = None) -> Path:
         """Write the model folder and the training state to ``out``, atomically."""

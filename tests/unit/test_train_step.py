@@ -12,7 +12,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from swerl.rl.loss import dapo_loss
 from swerl.train.base import TrainBatch, TrainerConfig
-from swerl.train.step import ActionLogprobModel, accumulate_gradients, learning_rate, plan_step, sft_loss
+from swerl.train.checkpoint import latest_checkpoint, step_dir
+from swerl.train.step import ActionLogprobModel, accumulate_gradients, clip_grad_norm, learning_rate, plan_step, sft_loss
 
 V = 128
 
@@ -110,6 +111,15 @@ def test_a_microbatch_without_action_tokens_contributes_exactly_zero():
     assert all(torch.equal(g, torch.zeros_like(g)) for g in grads.values())
 
 
+def test_clip_scales_gradients_to_the_max_norm_only_when_above_it():
+    big, small = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2))
+    big.grad, small.grad = torch.tensor([3.0, 4.0]), torch.tensor([0.3, 0.4])
+    assert clip_grad_norm([big], 1.0) == pytest.approx(5.0)
+    assert torch.allclose(big.grad, torch.tensor([0.6, 0.8]))  # x 1 / (5 + 1e-6)
+    assert clip_grad_norm([small], 1.0) == pytest.approx(0.5) and torch.equal(small.grad, torch.tensor([0.3, 0.4]))
+    assert clip_grad_norm([big], 0.0) == pytest.approx(1.0)  # 0 disables clipping; the norm is still reported
+
+
 def test_sft_loss_is_minus_the_mean_action_logprob_over_the_step():
     logprobs = torch.tensor([[0.0, -1.0, -2.0, 0.0], [0.0, -3.0, 0.0, 0.0]])
     mask = torch.tensor([[0, 1, 1, 0], [0, 1, 0, 0]])
@@ -167,3 +177,10 @@ def test_batch_file_round_trip(tmp_path):
     again = TrainBatch.load(b.save(tmp_path / "b.pt"))
     assert all(torch.equal(x, y) for x, y in zip(b.input_ids + b.old_logprobs, again.input_ids + again.old_logprobs))
     assert torch.equal(b.advantages, again.advantages) and again.ref_logprobs is None
+
+
+def test_latest_checkpoint_is_the_highest_published_step(tmp_path):
+    for name in ("step-000002", "step-000010", ".step-000011.partial", "step-notanumber"):
+        (tmp_path / name).mkdir()
+    assert latest_checkpoint(tmp_path) == step_dir(tmp_path, 10)  # a crash mid-save leaves only a hidden .partial
+    assert latest_checkpoint(tmp_path / "missing") is None
