@@ -12,7 +12,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from swerl.rl.loss import dapo_loss
 from swerl.train.base import TrainBatch, TrainerConfig
-from swerl.train.checkpoint import latest_checkpoint, step_dir
+from swerl.train.checkpoint import begin, latest_checkpoint, publish, step_dir
 from swerl.train.step import ActionLogprobModel, accumulate_gradients, clip_grad_norm, learning_rate, plan_step, sft_loss
 
 V = 128
@@ -59,6 +59,14 @@ def test_one_microbatch_and_many_give_the_same_gradients(objective, aggregation)
     many = one.model_copy(update={"max_tokens_per_microbatch": 30})
     assert plan_step(b, many).microbatches == [[2, 1], [4], [3], [0]]  # padded tokens 30 (15 + 12), 21, 18, 9
     assert max_diff(gradients(one, b), gradients(many, b)) < 1e-6  # measured: <= 1.1e-7 on gradients up to 0.23 (float32 summation order)
+
+
+def test_gradient_checkpointing_changes_memory_not_gradients():
+    b = batch()
+    cfg = TrainerConfig(max_tokens_per_microbatch=30)
+    recomputed = policy()
+    recomputed.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert max_diff(gradients(cfg, b), gradients(cfg, b, recomputed)) < 1e-6
 
 
 def test_accumulated_gradient_equals_the_full_logits_reference():
@@ -184,3 +192,17 @@ def test_latest_checkpoint_is_the_highest_published_step(tmp_path):
         (tmp_path / name).mkdir()
     assert latest_checkpoint(tmp_path) == step_dir(tmp_path, 10)  # a crash mid-save leaves only a hidden .partial
     assert latest_checkpoint(tmp_path / "missing") is None
+
+
+def test_publishing_a_checkpoint_replaces_the_old_one_and_clears_a_crashed_attempt(tmp_path):
+    out = tmp_path / "step-000001"
+    (begin(out) / "junk").write_text("left by a killed save")
+    staging = begin(out)  # the crashed attempt's folder is emptied
+    assert staging == tmp_path / ".step-000001.partial" and not (staging / "junk").exists()
+    (staging / "config.json").write_text("first")
+    publish(staging, out)
+    staging = begin(out)
+    (staging / "config.json").write_text("second")
+    publish(staging, out)
+    assert (out / "config.json").read_text() == "second"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000001"]  # no partial, no old copy left behind
