@@ -225,6 +225,9 @@ def sandbox_reap(everything: bool = typer.Option(False, "--all", help="Remove ev
 
 
 from swerl.cli import rollout as _rollout_commands  # noqa: E402,F401  registers `rollout` and `eval` on app
+from swerl.cli.train import train_app  # noqa: E402
+
+app.add_typer(train_app, name="train")
 
 
 def main() -> None:

@@ -5,7 +5,9 @@ import math
 import pytest
 import torch
 
-from swerl.agent.trajectory import ExitReason, Trajectory, Turn
+from test_rft import traj as rft_traj  # tests/unit is on sys.path (pytest's prepend import mode)
+
+from swerl.agent.trajectory import ExitReason
 from swerl.rl.rewards import RewardConfig
 from swerl.rl.rft import RFTConfig, select_rft
 from swerl.rollout.store import TrajectoryStore
@@ -17,18 +19,10 @@ LOGPROBS = [0.0, 0.0, -0.1, -0.2, 0.0, -0.3, -0.4, -0.5, 0.0, 0.0, -0.6]
 
 
 def traj(iid="a", k=0, resolved=True, reason=ExitReason.submitted, format_error_turn=None, exact=True, version="v1"):
-    # prompt [1,2]; turn 0: reply [10,11] + suffix [20]; turn 1: reply [12,13,14] + suffix [21,22]; turn 2: reply [15]
-    turns = [Turn(index=0, reply="a", n_action_tokens=2, n_observation_tokens=1),
-             Turn(index=1, reply="b", n_action_tokens=3, n_observation_tokens=2),
-             Turn(index=2, reply="c", n_action_tokens=1)]
-    if format_error_turn is not None:
-        turns[format_error_turn].format_error = "no command found"
-    return Trajectory(
-        instance_id=iid, sample_index=k, trajectory_id=f"{iid}/{k}", policy_version=version, prompt_ids=[1, 2],
-        response_ids=[10, 11, 20, 12, 13, 14, 21, 22, 15], action_mask=[1, 1, 0, 1, 1, 1, 0, 0, 1],
-        logprobs=[-0.1, -0.2, 0.0, -0.3, -0.4, -0.5, 0.0, 0.0, -0.6], turns=turns, exit_reason=reason,
-        resolved=resolved, exact_ids=exact, num_turns=3,
-    )
+    """test_rft's trajectory (prompt [1, 2], three turns: IDS, MASK, LOGPROBS), sampled by ``version``."""
+    t = rft_traj(iid, k, resolved, reason, format_error_turn, exact)
+    t.policy_version = version
+    return t
 
 
 def rows_of(batch):

@@ -1,0 +1,206 @@
+"""`swerl train rft` and `swerl train dapo`: stored trajectories -> optimiser steps -> checkpoints.
+
+Both write ``OUT/step-N`` (a Hugging Face model folder engines load, plus trainer state)
+after every optimiser step, ``OUT/metrics.jsonl`` (a line per step), ``OUT/run.json`` (what
+the run trains on) and, when done, ``OUT/final`` (a symlink to the last step). Rerunning
+the same command resumes from the newest checkpoint; raising ``--epochs`` continues a
+finished run. See ``swerl.train.run``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from swerl.cli import _fail, console
+from swerl.cli.progress import bar
+
+train_app = typer.Typer(no_args_is_help=True, help="Train the policy on stored trajectories: rft (rejection fine-tuning) or dapo (one RL update).")
+
+TrajOpt = typer.Option(..., "--trajectories", help="A trajectory store, or a `swerl rollout --out` run folder (its trajectories/); repeat for more.")
+ModelOpt = typer.Option(..., "--model", help="Policy to start from: a model folder or hub name.")
+OutOpt = typer.Option(..., "--out", help="Run folder: step-N checkpoints, metrics.jsonl, run.json, final; a rerun resumes it.")
+MaxTokOpt = typer.Option(16384, "--max-tokens-per-microbatch", min=1, help="Padded tokens per forward pass; must hold the longest sequence.")
+BackendOpt = typer.Option("torch", "--backend", help="torch (one process) or deepspeed (ZeRO; launch with torchrun for several processes).")
+SeedOpt = typer.Option(0, "--seed", min=0, help="Seeds the trainer and the (per-epoch) shuffle of the sequences.")
+VersionOpt = typer.Option(None, "--policy-version", help="Refuse trajectories sampled by any other policy version (stale data).")
+ScheduleOpt = typer.Option("constant", "--lr-schedule", help="constant, cosine or linear (decay to 0 at the run's last step).")
+WarmupOpt = typer.Option(0, "--warmup-steps", min=0, help="Linear warm-up steps (capped below the run's step count).")
+DeviceOpt = typer.Option("auto", "--device", help="Torch backend: cpu, cuda, cuda:N or auto.")
+CkptOpt = typer.Option(False, "--gradient-checkpointing", help="Recompute activations in backward (less memory).")
+KeepOpt = typer.Option(0, "--keep-last", min=0, help="Keep only the newest N step checkpoints (0: keep all).")
+ZeroOpt = typer.Option(3, "--zero-stage", min=1, max=3, help="DeepSpeed ZeRO stage.")
+
+
+def _trainer_config(backend: str, objective: str, lr: float, schedule: str, warmup: int, total: int, **kw: Any):
+    from pydantic import ValidationError
+
+    from swerl.train import TrainerConfig
+
+    if backend not in ("torch", "deepspeed"):
+        _fail(f"--backend {backend!r} is not one of torch, deepspeed")
+    if schedule not in ("constant", "cosine", "linear"):
+        _fail(f"--lr-schedule {schedule!r} is not one of constant, cosine, linear")
+    if warmup >= total:
+        console.print(f"warm-up capped at {max(total - 1, 0)} step(s): the run has {total}")
+        warmup = max(total - 1, 0)
+    try:
+        return TrainerConfig(backend=backend, objective=objective, lr=lr, lr_schedule=schedule, warmup_steps=warmup,
+                             total_steps=total, **kw)
+    except ValidationError as e:
+        _fail(f"invalid training settings: {e}")
+
+
+def _read(paths: list[Path], policy_version: Optional[str], exact: bool):
+    from swerl.train.data import DataError, check_trajectories, read_trajectories
+
+    try:
+        trajectories = read_trajectories(paths)
+        check_trajectories(trajectories, policy_version, require_exact_ids=exact)
+    except DataError as e:
+        _fail(str(e))
+    return trajectories
+
+
+def _train(rows, *, model: str, out: Path, config, batch_size: int, seed: int, epochs: int, spec: dict,
+           iteration: int = 0, extra: dict | None = None, keep_last: int = 0) -> None:
+    from swerl.train import data
+    from swerl.train.run import RunMismatchError, train_run
+
+    try:
+        data.check_lengths(rows, config.max_tokens_per_microbatch)
+    except data.DataError as e:
+        _fail(str(e))
+    per_epoch = data.steps_per_epoch(len(rows), batch_size)
+    spec = {**spec, "model": str(Path(model).resolve()) if Path(model).exists() else str(model), "batch_size": batch_size, "seed": seed, "rows": len(rows),
+            "data": data.fingerprint(rows, batch_size=batch_size, seed=seed)}
+    with contextlib.ExitStack() as stack:
+        advance: list[Callable[[str], None]] = []
+
+        def on_start(done: int, total: int) -> None:
+            if done:
+                console.print(f"resuming {out} after step {done} of {total}")
+            if done >= total:
+                console.print(f"nothing to do: {out} already has all {total} step(s)")
+            advance.append(stack.enter_context(bar("training", max(total - done, 0))))
+
+        def on_step(m: dict) -> None:
+            advance[0](f"step {m['step']} loss {m['loss']:.4g} grad_norm {m['grad_norm']:.3g}")
+
+        try:
+            result = train_run(model, config, out, lambda e: data.epoch_batches(rows, batch_size, seed, e), epochs, per_epoch,
+                               spec=spec, iteration=iteration, extra_metrics=extra, keep_last=keep_last,
+                               on_start=on_start, on_step=on_step)
+        except RunMismatchError as e:
+            _fail(str(e))
+    last = result.metrics[-1] if result.metrics else None
+    tail = f"; last loss {last['loss']:.4g}" if last else ""
+    console.print(f"{result.new_steps} new step(s), {result.steps} in all{tail}; checkpoints in {out}"
+                  + (f"; final: {result.final}" if result.final else ""))
+
+
+@train_app.command("rft")
+def rft(
+    trajectories: list[Path] = TrajOpt, model: str = ModelOpt, out: Path = OutOpt,
+    epochs: int = typer.Option(1, "--epochs", min=1, help="Passes over the kept trajectories (the paper: 1)."),
+    lr: float = typer.Option(5e-6, "--lr", help="Peak learning rate (the paper: 5e-6)."),
+    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Sequences per optimiser step (the paper: 64)."),
+    max_tokens_per_microbatch: int = MaxTokOpt, backend: str = BackendOpt, seed: int = SeedOpt,
+    require_submitted: bool = typer.Option(False, "--require-submitted", help="Keep only resolved runs that ended with `submit`."),
+    mask_format_errors: bool = typer.Option(True, "--mask-format-errors/--no-mask-format-errors",
+                                            help="Replies that caused a format error stay in context but out of the loss."),
+    max_per_task: Optional[int] = typer.Option(None, "--max-per-task", min=1, help="At most this many resolved runs per task."),
+    policy_version: Optional[str] = VersionOpt,
+    lr_schedule: str = typer.Option("cosine", "--lr-schedule", help="constant, cosine (the paper) or linear, to 0 at the last step."),
+    warmup_steps: int = typer.Option(10, "--warmup-steps", min=0, help="Linear warm-up steps (the paper: 10; capped below the step count)."),
+    device: str = DeviceOpt, gradient_checkpointing: bool = CkptOpt, keep_last: int = KeepOpt, zero_stage: int = ZeroOpt,
+) -> None:
+    """Rejection fine-tuning: train on the resolved trajectories' sampled tokens (minus mean log-prob)."""
+    from swerl.rl.rft import RFTConfig, select_rft
+    from swerl.train import data
+
+    found = _read(trajectories, policy_version, exact=False)
+    examples, skipped = select_rft(found, RFTConfig(require_submitted=require_submitted, mask_format_errors=mask_format_errors,
+                                                    max_per_task=max_per_task))
+    reasons = ", ".join(f"{n} {why}" for why, n in sorted(skipped.items(), key=lambda kv: -kv[1]))
+    if not examples:
+        _fail(f"no resolved trajectory kept among {len(found)}: {reasons}")
+    console.print(f"kept {len(examples)} of {len(found)} trajectories" + (f"; skipped {reasons}" if reasons else ""))
+    rows = data.rft_rows(examples)
+    total = epochs * data.steps_per_epoch(len(rows), batch_size)
+    config = _trainer_config(backend, "sft", lr, lr_schedule, warmup_steps, total, seed=seed, device=device,
+                             max_tokens_per_microbatch=max_tokens_per_microbatch,
+                             gradient_checkpointing=gradient_checkpointing, zero_stage=zero_stage)
+    spec = {"objective": "rft", "require_submitted": require_submitted,
+            "mask_format_errors": mask_format_errors, "max_per_task": max_per_task}
+    _train(rows, model=model, out=out, config=config, batch_size=batch_size, seed=seed, epochs=epochs, spec=spec,
+           extra={"kept": float(len(rows)), "trajectories": float(len(found))}, keep_last=keep_last)
+
+
+@train_app.command("dapo")
+def dapo(
+    trajectories: list[Path] = TrajOpt, model: str = ModelOpt, out: Path = OutOpt,
+    rewards: Optional[Path] = typer.Option(
+        None, "--rewards", help="JSONL of {\"trajectory_id\": ..., \"reward\": ...} lines (e.g. an external grader): each replaces "
+        "that trajectory's computed reward R entirely (no length penalty added); an ungraded trajectory given a reward is used "
+        "as a graded one."),
+    eps_low: float = typer.Option(0.2, "--eps-low", help="Lower clip: the ratio is clipped at 1 - eps_low."),
+    eps_high: float = typer.Option(0.3, "--eps-high", help="Upper clip (clip-higher): 1 + eps_high (the paper: 0.3, then 0.26)."),
+    l_thr: int = typer.Option(10, "--l-thr", min=0, help="Turn count from which the length penalty applies."),
+    t_max: int = typer.Option(40, "--t-max", min=1, help="Turn budget: the length penalty reaches -1 there."),
+    length_penalty: bool = typer.Option(True, "--length-penalty/--no-length-penalty", help="Add R_length to the 0/1 success."),
+    limit_policy: str = typer.Option("keep", "--limit-policy", help="Runs that hit the turn/context/time limit: keep (the paper), mask or drop."),
+    error_policy: str = typer.Option("drop", "--error-policy", help="Runs that ended in an infrastructure error or are ungraded: keep, mask or drop."),
+    advantage: str = typer.Option("mean_std", "--advantage", help="mean_std (the paper), mean (Dr. GRPO) or leave_one_out (RLOO)."),
+    batch_size: int = typer.Option(128, "--batch-size", min=1, help="Sequences per optimiser step (the paper: 128, then 256)."),
+    epochs: int = typer.Option(1, "--epochs", min=1, help="Passes over this iteration's rollouts (the paper: 1)."),
+    lr: float = typer.Option(1e-6, "--lr", help="Learning rate (the paper: 1e-6)."),
+    max_tokens_per_microbatch: int = MaxTokOpt, backend: str = BackendOpt, seed: int = SeedOpt,
+    policy_version: Optional[str] = VersionOpt,
+    iteration: int = typer.Option(0, "--iteration", min=0, help="The RL iteration, recorded in checkpoints and metrics."),
+    lr_schedule: str = ScheduleOpt, warmup_steps: int = WarmupOpt, device: str = DeviceOpt,
+    gradient_checkpointing: bool = CkptOpt, keep_last: int = KeepOpt, zero_stage: int = ZeroOpt,
+) -> None:
+    """One DAPO update: rewards -> group advantages -> zero-advantage samples dropped -> clipped policy gradient."""
+    from pydantic import ValidationError
+
+    from swerl.rl.rewards import RewardConfig
+    from swerl.train import data
+
+    for name, value, allowed in (("--limit-policy", limit_policy, ("keep", "mask", "drop")),
+                                 ("--error-policy", error_policy, ("keep", "mask", "drop")),
+                                 ("--advantage", advantage, ("mean_std", "mean", "leave_one_out"))):
+        if value not in allowed:
+            _fail(f"{name} {value!r} is not one of {', '.join(allowed)}")
+    try:
+        reward_cfg = RewardConfig(l_thr=l_thr, t_max=t_max, length_penalty=length_penalty, limit_policy=limit_policy,
+                                  error_policy=error_policy)
+    except ValidationError as e:
+        _fail(f"invalid reward settings: {e}")
+    found = _read(trajectories, policy_version, exact=True)
+    try:
+        overrides = data.read_reward_overrides(rewards) if rewards else None
+        d = data.dapo_data(found, reward_cfg, advantage, overrides)
+    except (OSError, data.DataError) as e:
+        _fail(str(e))
+    if overrides:
+        console.print(f"{len(overrides) - len(d.unmatched_overrides)} reward(s) from {rewards}"
+                      + (f"; {len(d.unmatched_overrides)} name no trajectory here" if d.unmatched_overrides else ""))
+    a = d.advantages
+    console.print(f"reward mean {d.reward_mean:.4g}; kept {len(d.rows)}/{a.n_total} ({d.kept_fraction:.1%}): "
+                  f"{a.n_zero_advantage} zero-advantage, {a.n_excluded} masked or dropped by policy"
+                  + (f", {d.no_action_tokens} without action tokens" if d.no_action_tokens else ""))
+    if not d.rows:
+        _fail(f"nothing to train on among {a.n_total} trajectories: {a.n_zero_advantage} have zero advantage (every group's "
+              f"rewards are equal), {a.n_excluded} are masked or dropped by --limit-policy/--error-policy")
+    total = epochs * data.steps_per_epoch(len(d.rows), batch_size)
+    config = _trainer_config(backend, "dapo", lr, lr_schedule, warmup_steps, total, seed=seed, device=device,
+                             eps_low=eps_low, eps_high=eps_high, max_tokens_per_microbatch=max_tokens_per_microbatch,
+                             gradient_checkpointing=gradient_checkpointing, zero_stage=zero_stage)
+    spec = {"objective": "dapo", "reward": reward_cfg.model_dump(mode="json"), "advantage": advantage, "eps_low": eps_low, "eps_high": eps_high}
+    _train(d.rows, model=model, out=out, config=config, batch_size=batch_size, seed=seed, epochs=epochs, spec=spec,
+           iteration=iteration, extra=d.summary(), keep_last=keep_last)

@@ -1,0 +1,169 @@
+"""A training run: epochs of optimiser steps over fixed rows, a checkpoint after every step.
+
+Layout of ``out``::
+
+    out/run.json          what the run trains on (data fingerprint, batch size, seed, ...)
+    out/step-000001/ ...  a checkpoint after each optimiser step (HF model folder + trainer_state,
+                          whose data_position is {"epoch", "next_batch"}: where to go on)
+    out/final             symlink to the last step's checkpoint, once every epoch is done
+    out/metrics.jsonl     one line per optimiser step: the trainer's metrics, epoch, batch,
+                          and the caller's batch-level metrics
+
+Rerunning with the same data and settings resumes from the newest ``step-N`` and skips the
+batches already trained on (the order is a pure function of seed and epoch), so a resumed run
+takes the same steps as an uninterrupted one; raising the epoch count continues a finished
+run. A metrics line is written before its checkpoint and lines past the resumed checkpoint
+are removed on resume, so the file has exactly one line per step whatever a crash hit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swerl.train import TrainBatch, TrainerConfig, latest_checkpoint, make_trainer, step_dir
+from swerl.train.checkpoint import STEP_DIR, read_state
+
+RUN_FILE = "run.json"
+METRICS_FILE = "metrics.jsonl"
+FINAL = "final"
+
+
+class RunMismatchError(ValueError):
+    """``out`` holds a run of other data or settings; resuming it would not continue it."""
+
+
+@dataclass
+class RunResult:
+    """What ``train_run`` did."""
+
+    out: Path
+    steps: int  # optimiser steps of the whole run so far
+    new_steps: int  # taken by this call
+    resumed_from: Path | None
+    final: Path | None  # out/final once every epoch is done
+    metrics: list[dict[str, Any]] = field(default_factory=list)  # this call's steps
+
+
+def _check_run(out: Path, spec: Mapping[str, Any], write: bool) -> None:
+    """Write ``run.json``, or compare it with an existing one (the epoch count may change)."""
+    path = out / RUN_FILE
+    if path.is_file() and latest_checkpoint(out) is not None:
+        before = json.loads(path.read_text(encoding="utf-8"))
+        differ = sorted(k for k in set(before) | set(spec) if k != "epochs" and before.get(k) != spec.get(k))
+        if differ:
+            detail = "; ".join(f"{k}: {before.get(k)!r} then, {spec.get(k)!r} now" for k in differ)
+            raise RunMismatchError(f"{out} holds a run with other data or settings ({detail}); "
+                                   f"rerun with the same arguments to resume it, or choose a new --out")
+    if write:
+        path.write_text(json.dumps(dict(spec), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def read_metrics(out: Path) -> list[dict[str, Any]]:
+    path = Path(out) / METRICS_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _truncate_metrics(out: Path, step: int) -> None:
+    """Keep the lines of steps up to ``step`` (a crash may have left one for an unsaved step)."""
+    path = out / METRICS_FILE
+    if path.is_file():
+        kept = [m for m in read_metrics(out) if m.get("step", 0) <= step]
+        path.write_text("".join(json.dumps(m) + "\n" for m in kept), encoding="utf-8")
+
+
+def _link_final(out: Path, target: Path) -> Path:
+    """Point ``out/final`` at ``target`` (relative symlink, replaced atomically)."""
+    link, tmp = out / FINAL, out / f".{FINAL}.tmp"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    tmp.symlink_to(target.name, target_is_directory=True)
+    if link.is_dir() and not link.is_symlink():
+        shutil.rmtree(link)
+    os.replace(tmp, link)
+    return link
+
+
+def _prune(out: Path, keep_last: int) -> None:
+    """Remove all but the ``keep_last`` newest step checkpoints (0 keeps all)."""
+    if keep_last <= 0:
+        return
+    steps = sorted((int(m.group(1)), p) for p in out.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir())
+    for _, p in steps[:-keep_last]:
+        shutil.rmtree(p)
+
+
+def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Callable[[int], list[TrainBatch]],
+              epochs: int, steps_per_epoch: int, *, spec: Mapping[str, Any], iteration: int = 0,
+              extra_metrics: Mapping[str, float] | None = None, keep_last: int = 0,
+              on_start: Callable[[int, int], None] | None = None,
+              on_step: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+    """Train ``epochs`` epochs of ``batches(epoch)`` (``steps_per_epoch`` each) from ``model``
+    into ``out``, resuming what is there. Only the first process (RANK 0) writes the files.
+
+    ``spec`` describes the data and settings (JSON); a resume refuses an ``out`` whose
+    ``run.json`` differs in anything but ``epochs``. ``on_start(steps_done, steps_total)``
+    runs before training, ``on_step(metrics)`` after each checkpoint.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    total = epochs * steps_per_epoch
+    writer = _rank0()
+    _check_run(out, {**spec, "epochs": epochs, "steps_per_epoch": steps_per_epoch}, writer)
+    resumed = latest_checkpoint(out)
+    epoch, next_batch, done = 0, 0, 0
+    if resumed is not None:
+        state = read_state(resumed)
+        position = state["data_position"]
+        epoch, next_batch, done = int(position.get("epoch", 0)), int(position.get("next_batch", 0)), int(state["step"])
+    if on_start:
+        on_start(done, total)
+    result = RunResult(out, done, 0, resumed, None)
+    if epoch < epochs:
+        trainer = make_trainer(model, config)
+        try:
+            if resumed is not None:
+                trainer.load(resumed)
+                if writer:
+                    _truncate_metrics(out, trainer.step)
+            while epoch < epochs:
+                epoch_rows = batches(epoch)
+                while next_batch < len(epoch_rows):
+                    batch = epoch_rows[next_batch]
+                    metrics = trainer.train_step(batch)
+                    position = {"epoch": epoch, "next_batch": next_batch + 1}
+                    if next_batch + 1 == len(epoch_rows):
+                        position = {"epoch": epoch + 1, "next_batch": 0}
+                    record = {**metrics, **(extra_metrics or {}), "step": trainer.step, "epoch": epoch,
+                              "batch": next_batch, "sequences": len(batch), "iteration": iteration, "time": time.time()}
+                    if writer:
+                        with (out / METRICS_FILE).open("a", encoding="utf-8") as f:
+                            f.write(json.dumps(record) + "\n")
+                    trainer.save(step_dir(out, trainer.step), iteration=iteration, data_position=position)
+                    if writer:
+                        _prune(out, keep_last)
+                    result.metrics.append(record)
+                    result.new_steps += 1
+                    if on_step:
+                        on_step(record)
+                    next_batch += 1
+                epoch, next_batch = epoch + 1, 0
+            result.steps = trainer.step
+        finally:
+            trainer.close()
+    last = latest_checkpoint(out)
+    if last is not None and result.steps >= total:
+        result.final = _link_final(out, last) if writer else out / FINAL
+    return result
+
+
+def _rank0() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
