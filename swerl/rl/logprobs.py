@@ -16,11 +16,14 @@ from torch.utils.checkpoint import checkpoint
 
 def _chunk(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
            temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-prob of ``targets`` and entropy, from [c, H] hidden states: two [c] tensors."""
+    """Log-prob of ``targets`` (with grad) and entropy (a detached metric), from [c, H] hidden states."""
     logits = (hidden @ weight.T).float() / temperature  # [c, V]
     logz = torch.logsumexp(logits, dim=-1)  # [c]
     logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz
-    entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    # no graph for the entropy: it is only reported, and a graph here would keep two [c, V]
+    # fp32 tensors per chunk alive until the step ends (a vocab x length memory term)
+    with torch.no_grad():
+        entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)
     return logprobs, entropy
 
 
