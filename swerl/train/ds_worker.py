@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -50,5 +51,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _shutdown(code: int) -> None:
+    """Leave the process group cleanly, then exit without C++ static teardown.
+
+    Under torchrun a rank sometimes aborted at interpreter exit ("terminate called without
+    an active exception": a communication thread destroyed unjoined) after all its work was
+    saved. Every output is written atomically before this point, so skipping teardown loses
+    nothing and turns a spurious SIGABRT into the real exit code.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        multi = dist.get_world_size() > 1
+        dist.barrier()
+        dist.destroy_process_group()
+        if multi:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _shutdown(main())
