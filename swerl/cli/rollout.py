@@ -14,6 +14,18 @@ from swerl.cli.progress import bar
 EngineOpt = typer.Option("hf", "--engine", help="hf (transformers, default), vllm (in-process), openai (HTTP server), or scripted (replays gold patches).")
 ModelOpt = typer.Option(..., "--model", help="Model folder or hub name (for --engine openai: the served model name).")
 OutOpt = typer.Option(..., "--out", help="Run folder: trajectories/*.parquet, summary.json; a rerun resumes it.")
+# options `rollout` and `eval` share
+ConcurrencyOpt = typer.Option(4, "--concurrency", "-j", min=1, max=4096, help="Trajectories (sandboxes) at once.")
+MaxTurnsOpt = typer.Option(40, "--max-turns", min=1, max=1000, help="Replies per trajectory (T_max).")
+MaxContextOpt = typer.Option(None, "--max-context", min=64, help="Token budget per trajectory (default: the model's).")
+MaxNewTokensOpt = typer.Option(1024, "--max-new-tokens", min=1, help="Tokens per reply at most.")
+CommandTimeoutOpt = typer.Option(60.0, "--command-timeout", min=1, help="Seconds per sandbox command.")
+DeadlineOpt = typer.Option(1800.0, "--deadline", min=1, help="Wall-clock seconds per trajectory.")
+SeedOpt = typer.Option(0, "--seed", help="Base sampling seed.")
+BaseUrlOpt = typer.Option(None, "--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1.")
+TokenizerOpt = typer.Option(None, "--tokenizer", help="Tokenizer folder or name (default: --model).")
+PolicyVersionOpt = typer.Option("0", "--policy-version", help="Recorded on every trajectory.")
+PromptDirOpt = typer.Option(None, "--prompt-dir", help="Folder overriding the prompt templates (<name>.j2).")
 
 
 def _run(
@@ -70,7 +82,7 @@ def _run(
         f"resolved {summary.resolved}/{summary.graded} graded; generation {summary.generation_s:.1f}s, "
         f"environment {summary.environment_s:.1f}s, sandboxes {summary.sandbox_s:.1f}s (summed over trajectories); wall {summary.wall_s:.1f}s; store {store_dir}"
     )
-    return summary, store_dir
+    return summary, store_dir, task_list
 
 
 @app.command("rollout")
@@ -78,22 +90,22 @@ def rollout_cmd(
     tasks: Path = TasksOpt, model: str = ModelOpt, engine: str = EngineOpt,
     samples: int = typer.Option(1, "--samples", "-G", min=1, max=1024, help="Trajectories per task."),
     out: Path = OutOpt, repos: Optional[Path] = ReposOpt, ca_cert: Optional[list[Path]] = CaOpt,
-    concurrency: int = typer.Option(4, "--concurrency", "-j", min=1, max=4096, help="Trajectories (sandboxes) at once."),
-    max_turns: int = typer.Option(40, "--max-turns", min=1, max=1000, help="Replies per trajectory (T_max)."),
-    max_context: Optional[int] = typer.Option(None, "--max-context", min=64, help="Token budget per trajectory (default: the model's)."),
-    max_new_tokens: int = typer.Option(1024, "--max-new-tokens", min=1, help="Tokens per reply at most."),
-    command_timeout: float = typer.Option(60.0, "--command-timeout", min=1, help="Seconds per sandbox command."),
-    deadline: float = typer.Option(1800.0, "--deadline", min=1, help="Wall-clock seconds per trajectory."),
-    seed: Optional[int] = typer.Option(0, "--seed", help="Base sampling seed."),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1."),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Tokenizer folder or name (default: --model)."),
+    concurrency: int = ConcurrencyOpt,
+    max_turns: int = MaxTurnsOpt,
+    max_context: Optional[int] = MaxContextOpt,
+    max_new_tokens: int = MaxNewTokensOpt,
+    command_timeout: float = CommandTimeoutOpt,
+    deadline: float = DeadlineOpt,
+    seed: Optional[int] = SeedOpt,
+    base_url: Optional[str] = BaseUrlOpt,
+    tokenizer: Optional[str] = TokenizerOpt,
     grade: bool = typer.Option(True, "--grade/--no-grade", help="Grade every trajectory in a fresh sandbox."),
-    policy_version: str = typer.Option("0", "--policy-version", help="Recorded on every trajectory."),
+    policy_version: str = PolicyVersionOpt,
     skip_invalid: bool = SkipOpt, log_dir: Path = LogDirOpt,
-    prompt_dir: Optional[Path] = typer.Option(None, "--prompt-dir", help="Folder overriding the prompt templates (<name>.j2)."),
+    prompt_dir: Optional[Path] = PromptDirOpt,
 ) -> None:
     """Roll the agent out on a task set: G samples per task, graded, appended to Parquet (resumable)."""
-    summary, _ = _run(tasks, model, engine, samples, out, repos, ca_cert, concurrency, max_turns, max_context, max_new_tokens,
+    summary, _, _ = _run(tasks, model, engine, samples, out, repos, ca_cert, concurrency, max_turns, max_context, max_new_tokens,
                       command_timeout, deadline, seed, base_url, tokenizer, grade, policy_version, skip_invalid, log_dir, prompt_dir)
     raise typer.Exit(1 if summary.exit_reasons.get("error") else 0)
 
@@ -103,26 +115,26 @@ def eval_cmd(
     tasks: Path = TasksOpt, model: str = ModelOpt, engine: str = EngineOpt,
     runs: int = typer.Option(1, "--runs", "-k", min=1, max=1024, help="Independent runs per task (the paper: 10)."),
     out: Path = OutOpt, repos: Optional[Path] = ReposOpt, ca_cert: Optional[list[Path]] = CaOpt,
-    concurrency: int = typer.Option(4, "--concurrency", "-j", min=1, max=4096, help="Trajectories (sandboxes) at once."),
-    max_turns: int = typer.Option(40, "--max-turns", min=1, max=1000, help="Replies per trajectory."),
-    max_context: Optional[int] = typer.Option(None, "--max-context", min=64, help="Token budget per trajectory."),
-    max_new_tokens: int = typer.Option(1024, "--max-new-tokens", min=1, help="Tokens per reply at most."),
-    command_timeout: float = typer.Option(60.0, "--command-timeout", min=1, help="Seconds per sandbox command."),
-    deadline: float = typer.Option(1800.0, "--deadline", min=1, help="Wall-clock seconds per trajectory."),
-    seed: Optional[int] = typer.Option(0, "--seed", help="Base sampling seed."),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible server URL."),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Tokenizer folder or name (default: --model)."),
-    policy_version: str = typer.Option("0", "--policy-version", help="Recorded on every trajectory."),
+    concurrency: int = ConcurrencyOpt,
+    max_turns: int = MaxTurnsOpt,
+    max_context: Optional[int] = MaxContextOpt,
+    max_new_tokens: int = MaxNewTokensOpt,
+    command_timeout: float = CommandTimeoutOpt,
+    deadline: float = DeadlineOpt,
+    seed: Optional[int] = SeedOpt,
+    base_url: Optional[str] = BaseUrlOpt,
+    tokenizer: Optional[str] = TokenizerOpt,
+    policy_version: str = PolicyVersionOpt,
     skip_invalid: bool = SkipOpt, log_dir: Path = LogDirOpt,
-    prompt_dir: Optional[Path] = typer.Option(None, "--prompt-dir", help="Folder overriding the prompt templates."),
+    prompt_dir: Optional[Path] = PromptDirOpt,
 ) -> None:
     """Pass@1 as the mean over k runs with its standard error, and unbiased Pass@k; writes eval.json."""
     from swerl.eval.report import build_report
     from swerl.rollout.store import TrajectoryStore
 
-    _, store_dir = _run(tasks, model, engine, runs, out, repos, ca_cert, concurrency, max_turns, max_context, max_new_tokens,
+    _, store_dir, task_list = _run(tasks, model, engine, runs, out, repos, ca_cert, concurrency, max_turns, max_context, max_new_tokens,
                         command_timeout, deadline, seed, base_url, tokenizer, True, policy_version, skip_invalid, log_dir, prompt_dir)
-    wanted = {t.instance_id for t in _load(tasks, skip_invalid)}
+    wanted = {t.instance_id for t in task_list}
     trajectories = [t for t in TrajectoryStore(store_dir).trajectories() if t.instance_id in wanted]
     try:
         report = build_report(trajectories, runs)
