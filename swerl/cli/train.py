@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
@@ -36,70 +36,39 @@ KeepOpt = typer.Option(0, "--keep-last", min=0, help="Keep only the newest N ste
 ZeroOpt = typer.Option(3, "--zero-stage", min=1, max=3, help="DeepSpeed ZeRO stage.")
 
 
-def _trainer_config(backend: str, objective: str, lr: float, schedule: str, warmup: int, total: int, **kw: Any):
+def _stage(cls, **kw):
     from pydantic import ValidationError
 
-    from swerl.train import TrainerConfig
-
-    if backend not in ("torch", "deepspeed"):
-        _fail(f"--backend {backend!r} is not one of torch, deepspeed")
-    if schedule not in ("constant", "cosine", "linear"):
-        _fail(f"--lr-schedule {schedule!r} is not one of constant, cosine, linear")
-    if warmup >= total:
-        console.print(f"warm-up capped at {max(total - 1, 0)} step(s): the run has {total}")
-        warmup = max(total - 1, 0)
     try:
-        return TrainerConfig(backend=backend, objective=objective, lr=lr, lr_schedule=schedule, warmup_steps=warmup,
-                             total_steps=total, **kw)
+        return cls(**kw)
     except ValidationError as e:
-        _fail(f"invalid training settings: {e}")
+        errors = "; ".join(f"--{'-'.join(str(p) for p in err['loc']).replace('_', '-')}: {err['msg']}" for err in e.errors())
+        _fail(f"invalid training settings: {errors}")
 
 
-def _read(paths: list[Path], policy_version: Optional[str], exact: bool):
-    from swerl.train.data import DataError, check_trajectories, read_trajectories
+def _run_stage(fn, stage) -> None:
+    from swerl.stages import StageInputError
 
-    try:
-        trajectories = read_trajectories(paths)
-        check_trajectories(trajectories, policy_version, require_exact_ids=exact)
-    except DataError as e:
-        _fail(str(e))
-    return trajectories
-
-
-def _train(rows, *, model: str, out: Path, config, batch_size: int, seed: int, epochs: int, spec: dict,
-           iteration: int = 0, extra: dict | None = None, keep_last: int = 0) -> None:
-    from swerl.train import data
-    from swerl.train.run import RunMismatchError, train_run
-
-    try:
-        data.check_lengths(rows, config.max_tokens_per_microbatch)
-    except data.DataError as e:
-        _fail(str(e))
-    per_epoch = data.steps_per_epoch(len(rows), batch_size)
-    spec = {**spec, "model": str(Path(model).resolve()) if Path(model).exists() else str(model), "batch_size": batch_size, "seed": seed, "rows": len(rows),
-            "data": data.fingerprint(rows, batch_size=batch_size, seed=seed)}
     with contextlib.ExitStack() as stack:
         advance: list[Callable[[str], None]] = []
 
         def on_start(done: int, total: int) -> None:
             if done:
-                console.print(f"resuming {out} after step {done} of {total}")
+                console.print(f"resuming {stage.out} after step {done} of {total}")
             if done >= total:
-                console.print(f"nothing to do: {out} already has all {total} step(s)")
+                console.print(f"nothing to do: {stage.out} already has all {total} step(s)")
             advance.append(stack.enter_context(bar("training", max(total - done, 0))))
 
         def on_step(m: dict) -> None:
             advance[0](f"step {m['step']} loss {m['loss']:.4g} grad_norm {m['grad_norm']:.3g}")
 
         try:
-            result = train_run(model, config, out, lambda e: data.epoch_batches(rows, batch_size, seed, e), epochs, per_epoch,
-                               spec=spec, iteration=iteration, extra_metrics=extra, keep_last=keep_last,
-                               on_start=on_start, on_step=on_step)
-        except RunMismatchError as e:
+            result = fn(stage, on_start=on_start, on_step=on_step, on_data=console.print)
+        except StageInputError as e:
             _fail(str(e))
     last = result.metrics[-1] if result.metrics else None
     tail = f"; last loss {last['loss']:.4g}" if last else ""
-    console.print(f"{result.new_steps} new step(s), {result.steps} in all{tail}; checkpoints in {out}"
+    console.print(f"{result.new_steps} new step(s), {result.steps} in all{tail}; checkpoints in {stage.out}"
                   + (f"; final: {result.final}" if result.final else ""))
 
 
@@ -120,25 +89,17 @@ def rft(
     device: str = DeviceOpt, gradient_checkpointing: bool = CkptOpt, keep_last: int = KeepOpt, zero_stage: int = ZeroOpt,
 ) -> None:
     """Rejection fine-tuning: train on the resolved trajectories' sampled tokens (minus mean log-prob)."""
-    from swerl.rl.rft import RFTConfig, select_rft
-    from swerl.train import data
+    from swerl.stages.train import RFTStage, train_rft
 
-    found = _read(trajectories, policy_version, exact=False)
-    examples, skipped = select_rft(found, RFTConfig(require_submitted=require_submitted, mask_format_errors=mask_format_errors,
-                                                    max_per_task=max_per_task))
-    reasons = ", ".join(f"{n} {why}" for why, n in sorted(skipped.items(), key=lambda kv: -kv[1]))
-    if not examples:
-        _fail(f"no resolved trajectory kept among {len(found)}: {reasons}")
-    console.print(f"kept {len(examples)} of {len(found)} trajectories" + (f"; skipped {reasons}" if reasons else ""))
-    rows = data.rft_rows(examples)
-    total = epochs * data.steps_per_epoch(len(rows), batch_size)
-    config = _trainer_config(backend, "sft", lr, lr_schedule, warmup_steps, total, seed=seed, device=device,
-                             max_tokens_per_microbatch=max_tokens_per_microbatch,
-                             gradient_checkpointing=gradient_checkpointing, zero_stage=zero_stage)
-    spec = {"objective": "rft", "require_submitted": require_submitted,
-            "mask_format_errors": mask_format_errors, "max_per_task": max_per_task}
-    _train(rows, model=model, out=out, config=config, batch_size=batch_size, seed=seed, epochs=epochs, spec=spec,
-           extra={"kept": float(len(rows)), "trajectories": float(len(found))}, keep_last=keep_last)
+    for name, value, allowed in (("--backend", backend, ("torch", "deepspeed")), ("--lr-schedule", lr_schedule, ("constant", "cosine", "linear"))):
+        if value not in allowed:
+            _fail(f"{name} {value!r} is not one of {', '.join(allowed)}")
+    _run_stage(train_rft, _stage(
+        RFTStage, trajectories=trajectories, model=model, out=out, epochs=epochs, lr=lr, batch_size=batch_size,
+        max_tokens_per_microbatch=max_tokens_per_microbatch, backend=backend, seed=seed, require_submitted=require_submitted,
+        mask_format_errors=mask_format_errors, max_per_task=max_per_task, policy_version=policy_version, lr_schedule=lr_schedule,
+        warmup_steps=warmup_steps, device=device, gradient_checkpointing=gradient_checkpointing, keep_last=keep_last,
+        zero_stage=zero_stage))
 
 
 @train_app.command("dapo")
@@ -169,11 +130,13 @@ def dapo(
     from pydantic import ValidationError
 
     from swerl.rl.rewards import RewardConfig
-    from swerl.train import data
+    from swerl.stages.train import DAPOStage, train_dapo
 
     for name, value, allowed in (("--limit-policy", limit_policy, ("keep", "mask", "drop")),
                                  ("--error-policy", error_policy, ("keep", "mask", "drop")),
-                                 ("--advantage", advantage, ("mean_std", "mean", "leave_one_out"))):
+                                 ("--advantage", advantage, ("mean_std", "mean", "leave_one_out")),
+                                 ("--backend", backend, ("torch", "deepspeed")),
+                                 ("--lr-schedule", lr_schedule, ("constant", "cosine", "linear"))):
         if value not in allowed:
             _fail(f"{name} {value!r} is not one of {', '.join(allowed)}")
     try:
@@ -181,26 +144,9 @@ def dapo(
                                   error_policy=error_policy)
     except ValidationError as e:
         _fail(f"invalid reward settings: {e}")
-    found = _read(trajectories, policy_version, exact=True)
-    try:
-        overrides = data.read_reward_overrides(rewards) if rewards else None
-        d = data.dapo_data(found, reward_cfg, advantage, overrides)
-    except (OSError, data.DataError) as e:
-        _fail(str(e))
-    if overrides:
-        console.print(f"{len(overrides) - len(d.unmatched_overrides)} reward(s) from {rewards}"
-                      + (f"; {len(d.unmatched_overrides)} name no trajectory here" if d.unmatched_overrides else ""))
-    a = d.advantages
-    console.print(f"reward mean {d.reward_mean:.4g}; kept {len(d.rows)}/{a.n_total} ({d.kept_fraction:.1%}): "
-                  f"{a.n_zero_advantage} zero-advantage, {a.n_excluded} masked or dropped by policy"
-                  + (f", {d.no_action_tokens} without action tokens" if d.no_action_tokens else ""))
-    if not d.rows:
-        _fail(f"nothing to train on among {a.n_total} trajectories: {a.n_zero_advantage} have zero advantage (every group's "
-              f"rewards are equal), {a.n_excluded} are masked or dropped by --limit-policy/--error-policy")
-    total = epochs * data.steps_per_epoch(len(d.rows), batch_size)
-    config = _trainer_config(backend, "dapo", lr, lr_schedule, warmup_steps, total, seed=seed, device=device,
-                             eps_low=eps_low, eps_high=eps_high, max_tokens_per_microbatch=max_tokens_per_microbatch,
-                             gradient_checkpointing=gradient_checkpointing, zero_stage=zero_stage)
-    spec = {"objective": "dapo", "reward": reward_cfg.model_dump(mode="json"), "advantage": advantage, "eps_low": eps_low, "eps_high": eps_high}
-    _train(d.rows, model=model, out=out, config=config, batch_size=batch_size, seed=seed, epochs=epochs, spec=spec,
-           iteration=iteration, extra=d.summary(), keep_last=keep_last)
+    _run_stage(train_dapo, _stage(
+        DAPOStage, trajectories=trajectories, model=model, out=out, rewards_file=rewards, eps_low=eps_low, eps_high=eps_high,
+        reward=reward_cfg, advantage=advantage, batch_size=batch_size, epochs=epochs, lr=lr,
+        max_tokens_per_microbatch=max_tokens_per_microbatch, backend=backend, seed=seed, policy_version=policy_version,
+        iteration=iteration, lr_schedule=lr_schedule, warmup_steps=warmup_steps, device=device,
+        gradient_checkpointing=gradient_checkpointing, keep_last=keep_last, zero_stage=zero_stage))

@@ -89,7 +89,9 @@ def to_row(t: Trajectory) -> dict:
 
 
 def from_row(row: dict) -> Trajectory:
-    data = {k: v for k, v in row.items() if k not in ("messages_json", "turns_json")}
+    # a column added after a part was written reads as null there: take the field's default
+    data = {k: v for k, v in row.items() if k not in ("messages_json", "turns_json")
+            and not (v is None and Trajectory.model_fields.get(k) is not None and Trajectory.model_fields[k].default is not None)}
     data["messages"] = json.loads(row["messages_json"] or "[]")
     data["turns"] = [Turn(**x) for x in json.loads(row["turns_json"] or "[]")]
     return Trajectory(**data)

@@ -1,0 +1,65 @@
+"""Flow: one DAPO iteration. G samples per task from the current policy, rewards, group
+advantages, zero-advantage groups dropped, one clipped policy-gradient update."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from flows._hooks import HOOKS
+from flows.rft import policy_ref
+from flows.rollout import rollout_stage, run_chunks
+from swerl.orchestration.metrics import prefixed, rollout_metrics, train_metrics
+from swerl.orchestration.params import AgentParams, DAPOParams, TrackingParams
+from swerl.stages.rollout import stored_trajectories
+from swerl.stages.train import DAPOStage
+from tasks import tracking as tr
+from tasks.train import train_dapo_task
+
+
+@flow(name="dapo_iteration", log_prints=True, **HOOKS)
+def dapo_iteration(tasks: Path, policy_path: str, policy_version: str, iteration: int, out: Path, repos: Path | None = None,
+                   dapo: DAPOParams = DAPOParams(), agent: AgentParams = AgentParams(), seed: int = 0,
+                   tracking: TrackingParams = TrackingParams(), parent_run_id: str | None = None, step: int | None = None,
+                   container_label: str | None = None) -> dict[str, Any]:
+    """Iteration ``iteration``: rollouts of the policy, then one DAPO update -> a registered `candidate`."""
+    step = iteration + 1 if step is None else step
+    name = f"iter-{iteration}"
+    run_id = tr.stage_run(tracking, parent_run_id, name, params={"iteration": iteration, "samples": dapo.samples,
+                                                                "eps_low": dapo.eps_low, "eps_high": dapo.eps_high,
+                                                                "lr": dapo.train.lr, "advantage": dapo.advantage,
+                                                                "start_policy": policy_version})
+    # each iteration samples afresh, also when the previous one left the policy unchanged
+    it_seed = seed + 1000 * iteration
+    stage = rollout_stage(tasks=tasks, repos=repos, model=policy_path, out=out / "rollout", samples=dapo.samples, seed=it_seed,
+                          policy_version=policy_version, agent=agent, container_label=container_label)
+    rolled = run_chunks(stage, agent.chunk_size, agent.timeout_s)
+    trajectories = stored_trajectories(Path(rolled["store"]))
+    metrics = prefixed("rollout", rollout_metrics(trajectories, dapo.reward, wall_s=rolled["wall_s"]))
+    tr.log_lineage(tracking, run_id, tasks=tasks, trajectories=Path(rolled["store"]), trajectories_name=f"{name}-trajectories",
+                   count=len(trajectories))
+    t = dapo.train
+    train_stage = DAPOStage(trajectories=[Path(rolled["store"])], model=policy_path, out=out / "train", epochs=t.epochs,
+                            batch_size=t.batch_size, lr=t.lr, lr_schedule=t.lr_schedule, warmup_steps=t.warmup_steps,
+                            max_tokens_per_microbatch=t.max_tokens_per_microbatch, backend=t.backend, seed=it_seed,
+                            device=t.device, gradient_checkpointing=t.gradient_checkpointing, keep_last=t.keep_last,
+                            zero_stage=t.zero_stage, policy_version=policy_version, iteration=iteration, reward=dapo.reward,
+                            advantage=dapo.advantage, eps_low=dapo.eps_low, eps_high=dapo.eps_high,
+                            rewards_file=dapo.rewards_file)
+    outcome = train_dapo_task.with_options(timeout_seconds=t.timeout_s)(train_stage)
+    new_version = f"dapo-{iteration}"
+    if outcome["trained"]:
+        metrics.update(prefixed("train", train_metrics(outcome["step_metrics"])))
+        metrics.update(prefixed("data", outcome["data"]))
+        registered = tr.register_checkpoint(tracking, run_id, Path(outcome["final"]), name=name, policy_version=new_version,
+                                            step=step, metrics={k: v for k, v in metrics.items() if k.startswith("train/")})
+        policy = policy_ref(outcome["final"], new_version, registered)
+    else:
+        print(f"iteration {iteration} trained nothing, the policy carries forward: {outcome['reason']}")
+        policy = policy_ref(policy_path, policy_version)
+    metrics["train/trained"] = 1.0 if outcome["trained"] else 0.0
+    tr.log_metrics(tracking, run_id, metrics, step=step)
+    tr.finish_run(tracking, run_id, summary={"policy": policy, "reason": outcome["reason"]})
+    return {"policy": policy, "metrics": metrics, "run_id": run_id, "trained": outcome["trained"], "reason": outcome["reason"]}

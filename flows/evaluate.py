@@ -1,0 +1,74 @@
+"""Flow: Pass@1 (mean ± SEM over k runs) and Pass@k of one policy; may move `champion`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from flows._hooks import HOOKS
+from swerl.orchestration.inputs import task_inputs
+from swerl.orchestration.metrics import eval_metrics, prefixed
+from swerl.orchestration.params import EvaluateParams
+from tasks import tracking as tr
+from tasks.rollout import evaluate_task
+
+
+def _label(model: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model).name if "/" in model else model).strip("-") or "model"
+
+
+@flow(name="evaluate", log_prints=True, **HOOKS)
+def evaluate(params: EvaluateParams = EvaluateParams(), parent_run_id: str | None = None, stage: str | None = None,
+             step: int | None = None, out: Path | None = None, container_label: str | None = None,
+             policy_version: str | None = None) -> dict[str, Any]:
+    """Evaluate ``params.model`` on ``params.tasks``; record metrics in MLflow and a Prefect artifact.
+
+    Standalone (a UI run, the nightly schedule) it writes ``OUT/<label>-<UTC time>/``; in a
+    pipeline it writes the stage's folder, logs into the stage's child run and returns what
+    the pipeline tabulates.
+    """
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    tasks, repos = task_inputs(params.tasks, params.repos)
+    policy = tr.resolve_policy(params.tracking, params.model)
+    label = stage or f"evaluate-{_label(params.model)}"
+    folder = out or params.out / f"{_label(params.model)}-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}"
+    run_id = tr.stage_run(params.tracking, parent_run_id, label, kind="evaluation",
+                          params={"model": params.model, "checkpoint": policy["path"], "runs": params.runs, "tasks": str(tasks)})
+    from flows.rollout import rollout_stage
+
+    stage_cfg = rollout_stage(tasks=tasks, repos=repos, model=policy["path"], out=folder, samples=params.runs, seed=params.seed,
+                              policy_version=policy_version or policy["policy_version"], agent=params.agent,
+                              container_label=container_label)
+    record = evaluate_task.with_options(timeout_seconds=params.agent.timeout_s)(stage_cfg)
+    report = record["report"]
+    metrics = eval_metrics(tr_report(report))
+    tr.log_lineage(params.tracking, run_id, tasks=tasks, tasks_name="eval-tasks", tasks_context="evaluation",
+                   trajectories=Path(record["store"]), trajectories_name=f"{label}-trajectories",
+                   trajectories_context="evaluation", count=report["tasks"] * report["runs"])
+    tr.log_metrics(params.tracking, run_id, prefixed("eval", metrics), step=step)
+    promoted = None
+    if params.promote and policy["registered_version"]:
+        promoted = tr.promote(params.tracking, policy["registered_version"], report["pass_at_1"])
+    tr.finish_run(params.tracking, run_id, summary={"eval": report, "checkpoint": policy["path"], "promoted": promoted})
+    rows = [{"k": int(k), "pass_at_k": round(v, 4)} for k, v in sorted(report["pass_at_k"].items(), key=lambda kv: int(kv[0]))]
+    create_table_artifact(key=f"eval-{_label(label).lower()}"[:60], table=rows,
+                          description=f"Pass@k of {params.model} on {tasks} ({report['runs']} runs per task)")
+    create_markdown_artifact(
+        key="evaluation", description="Latest evaluation",
+        markdown=f"**{params.model}** (`{policy['path']}`): Pass@1 = **{report['pass_at_1']:.1%} ± {report['pass_at_1_sem']:.1%}** "
+                 f"over {report['runs']} runs of {report['tasks']} tasks; MLflow run `{run_id}`"
+                 + (f"; champion moved: {promoted}" if promoted is not None else ""))
+    print(f"Pass@1 = {report['pass_at_1']:.1%} ± {report['pass_at_1_sem']:.1%} ({report['runs']} runs, {report['tasks']} tasks)")
+    return {"report": report, "metrics": metrics, "run_id": run_id, "out": str(folder), "promoted": promoted,
+            "checkpoint": policy["path"]}
+
+
+def tr_report(report: dict[str, Any]):
+    from swerl.eval.report import EvalReport
+
+    return EvalReport.model_validate(report)

@@ -1,0 +1,41 @@
+"""Flow: grade SWE-bench predictions in chunks, each prediction in a fresh sandbox."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+
+from flows._hooks import HOOKS
+from swerl.orchestration.inputs import task_inputs
+from swerl.orchestration.params import GradeParams
+from swerl.stages.images import ImagesStage
+from tasks.grade import grade_chunk
+from tasks.images import build_images_task
+
+
+@flow(name="grade", log_prints=True, **HOOKS)
+def grade(params: GradeParams) -> dict[str, Any]:
+    """Predictions JSONL -> results JSONL (resolved, failure class, per-test detail)."""
+    from swerl.grading.predictions import read_predictions
+
+    tasks, repos = task_inputs(params.tasks, params.repos)
+    preds, bad = read_predictions(params.predictions)
+    for line in bad:
+        print(f"skipped {line}")
+    manifest = params.out.with_suffix(".images.json")
+    build_images_task(ImagesStage(tasks=tasks, repos=repos, manifest=manifest, concurrency=params.concurrency))
+    rows = [p.model_dump() for p in preds]
+    chunks = [rows[i:i + params.chunk_size] for i in range(0, len(rows), params.chunk_size)]
+    parts = [params.out.with_name(f"{params.out.stem}.part{n:04d}.jsonl") for n in range(len(chunks))]
+    futures = [grade_chunk.submit(tasks, chunk, manifest, part, params.concurrency, params.timeout_s)
+               for chunk, part in zip(chunks, parts)]
+    results = [f.result() for f in futures]
+    params.out.parent.mkdir(parents=True, exist_ok=True)
+    with params.out.open("w") as f:
+        for part in parts:
+            f.write(part.read_text())
+            part.unlink()
+    resolved, total = sum(r["resolved"] for r in results), sum(r["total"] for r in results)
+    print(f"resolved {resolved}/{total}; results {params.out}")
+    return {"out": str(params.out), "resolved": resolved, "total": total}

@@ -1,0 +1,226 @@
+"""Flow: the whole loop. Images, task validation, the starting policy's evaluation, RFT, then
+N DAPO iterations, each stage evaluated; MLflow holds one parent run with a child per stage.
+
+Resumable: ``RUN_ROOT/NAME/ledger.json`` records each finished stage, and a rerun with the
+same name skips them; a stage cut short resumes inside (stored trajectories are not
+resampled, training restarts from its newest step). Metrics on the parent run use the
+iteration as their step: 0 the starting policy, 1 after RFT, 1 + k after DAPO iteration k.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from flows._hooks import HOOKS, container_label
+from flows.dapo_iteration import dapo_iteration
+from flows.evaluate import evaluate
+from flows.rft import policy_ref, rft
+from swerl.orchestration.inputs import task_inputs, tiny_model
+from swerl.orchestration.ledger import Ledger
+from swerl.orchestration.metrics import prefixed
+from swerl.orchestration.params import EvaluateParams, PipelineParams
+from swerl.stages.images import ImagesStage
+from tasks import tracking as tr
+from tasks.images import build_images_task, validate_tasks_task
+
+TABLE_KEYS = ("stage", "step", "policy", "pass_at_1", "pass_at_1_sem", "mean_reward", "solved_fraction",
+              "groups_dropped_fraction", "clip_frac_high", "entropy", "trained", "seconds")
+
+
+@task(name="prepare-inputs", cache_policy=NO_CACHE)
+def prepare_inputs(params: PipelineParams) -> dict[str, Any]:
+    """Task files, mirror and starting model; the embedded default materialises the demo and the tiny model."""
+    from swerl.envs.docker_sandbox import reap_containers
+
+    run_dir = params.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tasks, repos = task_inputs(params.tasks, params.repos, demo_dir=run_dir / "demo")
+    model = params.model or str(tiny_model(run_dir / "start-model"))
+    # sandboxes whose owner died (a killed earlier attempt) go before new ones start
+    reaped = reap_containers()
+    history = run_dir / "params.jsonl"
+    with history.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"time": time.time(), "params": params.model_dump(mode="json")}) + "\n")
+    return {"tasks": str(tasks), "eval_tasks": str(params.eval_tasks or tasks), "repos": str(repos) if repos else None,
+            "model": model, "reaped": len(reaped)}
+
+
+@task(name="keep-valid-tasks", cache_policy=NO_CACHE)
+def keep_valid_tasks(tasks: Path, invalid: list[str], out: Path) -> str:
+    """The task file without the tasks validation rejected (one broken task does not stop the run)."""
+    lines = [line for line in Path(tasks).read_text(encoding="utf-8").splitlines()
+             if line.strip() and json.loads(line).get("instance_id") not in set(invalid)]
+    if not lines:
+        raise ValueError(f"every task in {tasks} failed validation; see the validation report next to {out}")
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(out)
+
+
+def _flat(params: PipelineParams) -> dict[str, Any]:
+    """The parameters as flat MLflow params (nested keys joined with dots)."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else k, v)
+        else:
+            out[prefix] = value
+
+    walk("", params.model_dump(mode="json", exclude={"tracking"}))
+    return out
+
+
+def _row(stage: str, step: int, policy: str, metrics: dict[str, float], seconds: float) -> dict[str, Any]:
+    row: dict[str, Any] = {"stage": stage, "step": step, "policy": policy, "seconds": round(seconds, 1)}
+    for key, value in metrics.items():
+        short = key.split("/", 1)[-1]
+        if short in TABLE_KEYS and short not in row:
+            row[short] = value
+    return row
+
+
+@flow(name="pipeline", log_prints=True, **HOOKS)
+def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
+    """RFT, then ``dapo.iterations`` DAPO iterations, each evaluated; rerun the same name to resume."""
+    from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_progress_artifact
+    from prefect.artifacts import create_table_artifact, update_progress_artifact
+
+    run_dir = params.run_dir
+    ledger = Ledger(run_dir)
+    inputs = prepare_inputs(params)
+    tasks, eval_tasks = Path(inputs["tasks"]), Path(inputs["eval_tasks"])
+    repos = Path(inputs["repos"]) if inputs["repos"] else None
+    label = container_label(params.name)
+    parent = tr.pipeline_run(params.tracking, params.name, _flat(params))
+    parent_id = parent["run_id"]
+    if parent["url"]:
+        create_link_artifact(key=f"mlflow-{params.name}".lower()[:60], link=parent["url"], link_text=f"MLflow: pipeline {params.name}",
+                             description="The pipeline's MLflow parent run")
+    create_markdown_artifact(key=f"lineage-{params.name}".lower()[:60], description="Where this pipeline's records are",
+                             markdown=f"MLflow parent run `{parent_id}` (experiment {parent['experiment_id']}, tracking "
+                                      f"`{params.tracking.tracking_uri or 'default'}`); run folder `{run_dir}`; "
+                                      f"stage ledger `{ledger.path}`")
+
+    plan = ["images"] + (["validate"] if params.validate_runs else []) + (["eval-start"] if params.eval.evaluate_start else [])
+    plan += (["rft", "eval-rft"] if params.rft.enabled else [])
+    for k in range(1, params.dapo.iterations + 1):
+        plan += [f"iter-{k}", f"eval-iter-{k}"]
+    progress_id = create_progress_artifact(progress=100.0 * len([s for s in plan if ledger.get(s)]) / len(plan),
+                                           key=f"progress-{params.name}".lower()[:60], description=f"Stages of {params.name}")
+    rows: list[dict[str, Any]] = []
+
+    def stage(name: str, body) -> dict[str, Any]:
+        done = ledger.get(name)
+        if done is None:
+            t0 = time.monotonic()
+            done = body()
+            done["seconds"] = time.monotonic() - t0
+            ledger.record(name, done)
+        else:
+            print(f"stage {name}: finished in an earlier run, skipped")
+        update_progress_artifact(progress_id, 100.0 * len([s for s in plan if ledger.get(s)]) / len(plan))
+        return done
+
+    def table() -> None:
+        create_table_artifact(key=f"metrics-{params.name}".lower()[:60], table=rows,
+                              description=f"Per-stage metrics of pipeline {params.name} (Pass@1 over {params.eval.runs} runs)")
+
+    def images_body() -> dict[str, Any]:
+        result = build_images_task(ImagesStage(tasks=tasks, repos=repos, ca_certs=params.ca_certs, concurrency=params.agent.concurrency,
+                                               manifest=run_dir / "images.json"))
+        tr.log_lineage(params.tracking, parent_id, tasks=tasks, manifest=result.manifest)
+        if eval_tasks != tasks:
+            tr.log_lineage(params.tracking, parent_id, tasks=eval_tasks, tasks_name="eval-tasks", tasks_context="evaluation")
+        return {"manifest": str(result.manifest), "ready": result.ready, "cached": result.cached}
+
+    images = stage("images", images_body)
+    if params.validate_runs:
+        def validate_body() -> dict[str, Any]:
+            report = validate_tasks_task(tasks, Path(images["manifest"]), params.validate_runs, run_dir / "validation.json",
+                                         params.agent.concurrency)
+            tr.log_metrics(params.tracking, parent_id, {"tasks/valid": float(report["valid"]), "tasks/total": float(report["total"])})
+            kept = keep_valid_tasks(tasks, report["invalid"], run_dir / "tasks.valid.jsonl") if report["invalid"] else str(tasks)
+            return {**report, "tasks": kept}
+
+        tasks = Path(stage("validate", validate_body)["tasks"])
+
+    policy = policy_ref(inputs["model"], "0")
+
+    def start_policy() -> dict[str, Any]:
+        if not Path(policy["path"]).is_dir():
+            return policy
+        registered = tr.register_checkpoint(params.tracking, parent_id, Path(policy["path"]), name="start", policy_version="0", step=0)
+        return policy_ref(policy["path"], "0", registered)
+
+    def eval_body(name: str, step: int, pol: dict[str, Any]) -> dict[str, Any]:
+        model = f"version:{pol['registered_version']}" if pol.get("registered_version") else pol["path"]
+        result = evaluate(EvaluateParams(model=model, tasks=eval_tasks, repos=repos, runs=params.eval.runs, seed=params.seed,
+                                         agent=params.agent, tracking=params.tracking, promote=params.eval.promote),
+                          parent_run_id=parent_id, stage=name, step=step, out=run_dir / "eval" / name,
+                          container_label=label, policy_version=pol["policy_version"])
+        tr.log_metrics(params.tracking, parent_id, prefixed("eval", result["metrics"]), step=step)
+        return {"metrics": prefixed("eval", result["metrics"]), "run_id": result["run_id"], "promoted": result["promoted"],
+                "policy": pol}
+
+    if params.eval.evaluate_start:
+        policy = stage("start-policy", start_policy)
+        done = stage("eval-start", lambda: eval_body("eval-start", 0, policy))
+        rows.append(_row("start", 0, policy["policy_version"], done["metrics"], done["seconds"]))
+        table()
+
+    if params.rft.enabled:
+        def rft_body() -> dict[str, Any]:
+            result = rft(tasks=tasks, model=policy["path"], out=run_dir / "rft", repos=repos, policy_version=policy["policy_version"],
+                         rft=params.rft, agent=params.agent, seed=params.seed, tracking=params.tracking,
+                         parent_run_id=parent_id, step=1, container_label=label)
+            tr.log_metrics(params.tracking, parent_id, result["metrics"], step=1)
+            return result
+
+        done = stage("rft", rft_body)
+        policy = done["policy"]
+        evaluated = stage("eval-rft", lambda: eval_body("eval-rft", 1, policy))
+        rows.append(_row("rft", 1, policy["policy_version"], {**done["metrics"], **evaluated["metrics"],
+                                                              "train/trained": float(done["trained"])},
+                         done["seconds"] + evaluated["seconds"]))
+        table()
+
+    for k in range(1, params.dapo.iterations + 1):
+        step = 1 + k
+
+        def iter_body(k: int = k, step: int = step, start: dict[str, Any] = policy) -> dict[str, Any]:
+            result = dapo_iteration(tasks=tasks, policy_path=start["path"], policy_version=start["policy_version"], iteration=k,
+                                    out=run_dir / f"iter-{k}", repos=repos, dapo=params.dapo, agent=params.agent,
+                                    seed=params.seed, tracking=params.tracking, parent_run_id=parent_id, step=step,
+                                    container_label=label)
+            tr.log_metrics(params.tracking, parent_id, result["metrics"], step=step)
+            return result
+
+        done = stage(f"iter-{k}", iter_body)
+        policy = done["policy"]
+        evaluated = stage(f"eval-iter-{k}", lambda step=step, k=k: eval_body(f"eval-iter-{k}", step, policy))
+        rows.append(_row(f"iter-{k}", step, policy["policy_version"], {**done["metrics"], **evaluated["metrics"],
+                                                                       "train/trained": float(done["trained"])},
+                         done["seconds"] + evaluated["seconds"]))
+        table()
+
+    summary = {"name": params.name, "run_dir": str(run_dir), "mlflow_run_id": parent_id, "mlflow_url": parent["url"],
+               "final_policy": policy, "stages": rows}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    tr.finish_run(params.tracking, parent_id, summary=summary)
+    for row in rows:
+        p1, sem = row.get("pass_at_1"), row.get("pass_at_1_sem")
+        shown = "-" if p1 is None else f"{p1:.1%}" + ("" if sem is None else f" ± {sem:.1%}")
+        print(f"{row['stage']:>8}  policy {row['policy']:<8} Pass@1 {shown}")
+    print(f"run folder {run_dir}; MLflow parent run {parent_id}" + (f" ({parent['url']})" if parent["url"] else ""))
+    return summary
+
+
+if __name__ == "__main__":
+    pipeline()

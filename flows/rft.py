@@ -1,0 +1,61 @@
+"""Flow: rejection fine-tuning. Sample with the starting policy, keep resolved runs, fine-tune."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from flows._hooks import HOOKS
+from flows.rollout import rollout_stage, run_chunks
+from swerl.orchestration.metrics import prefixed, rollout_metrics, train_metrics
+from swerl.orchestration.params import AgentParams, RFTParams, TrackingParams
+from swerl.stages.rollout import stored_trajectories
+from swerl.stages.train import RFTStage
+from tasks import tracking as tr
+from tasks.train import select_rft_data, train_rft_task
+
+
+def policy_ref(path: str, version: str, registered: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"path": str(path), "policy_version": version, "model_id": (registered or {}).get("model_id"),
+            "registered_version": (registered or {}).get("version")}
+
+
+@flow(name="rft", log_prints=True, **HOOKS)
+def rft(tasks: Path, model: str, out: Path, repos: Path | None = None, policy_version: str = "0",
+        rft: RFTParams = RFTParams(), agent: AgentParams = AgentParams(), seed: int = 0,
+        tracking: TrackingParams = TrackingParams(), parent_run_id: str | None = None, step: int = 1,
+        container_label: str | None = None) -> dict[str, Any]:
+    """Rollouts of ``model`` on ``tasks`` -> resolved runs -> SFT on their replies -> a registered `candidate`."""
+    sampler = rft.agent or agent
+    run_id = tr.stage_run(tracking, parent_run_id, "rft", params={"samples": rft.samples, "engine": sampler.engine,
+                                                                 "lr": rft.train.lr, "epochs": rft.train.epochs})
+    stage = rollout_stage(tasks=tasks, repos=repos, model=model, out=out / "rollout", samples=rft.samples, seed=seed,
+                          policy_version=policy_version, agent=sampler, container_label=container_label)
+    rolled = run_chunks(stage, sampler.chunk_size, sampler.timeout_s)
+    trajectories = stored_trajectories(Path(rolled["store"]))
+    metrics = prefixed("rollout", rollout_metrics(trajectories, wall_s=rolled["wall_s"]))
+    tr.log_lineage(tracking, run_id, tasks=tasks, trajectories=Path(rolled["store"]), trajectories_name="rft-trajectories",
+                   count=len(trajectories))
+    t = rft.train
+    train_stage = RFTStage(trajectories=[Path(rolled["store"])], model=model, out=out / "train", epochs=t.epochs,
+                           batch_size=t.batch_size, lr=t.lr, lr_schedule=t.lr_schedule, warmup_steps=t.warmup_steps,
+                           max_tokens_per_microbatch=t.max_tokens_per_microbatch, backend=t.backend, seed=seed,
+                           device=t.device, gradient_checkpointing=t.gradient_checkpointing, keep_last=t.keep_last,
+                           zero_stage=t.zero_stage, require_submitted=rft.require_submitted, max_per_task=rft.max_per_task)
+    selected = select_rft_data(train_stage)
+    metrics.update({"rft/kept": float(selected["kept"]), "rft/tasks_kept": float(selected["tasks_kept"])})
+    outcome = train_rft_task.with_options(timeout_seconds=t.timeout_s)(train_stage)
+    if outcome["trained"]:
+        metrics.update(prefixed("train", train_metrics(outcome["step_metrics"])))
+        registered = tr.register_checkpoint(tracking, run_id, Path(outcome["final"]), name="rft", policy_version="rft",
+                                            step=step, metrics={k: v for k, v in metrics.items() if k.startswith("train/")})
+        policy = policy_ref(outcome["final"], "rft", registered)
+    else:
+        print(f"RFT trained nothing, the policy carries forward: {outcome['reason']}")
+        policy = policy_ref(model, policy_version)
+    metrics["train/trained"] = 1.0 if outcome["trained"] else 0.0
+    tr.log_metrics(tracking, run_id, metrics, step=step)
+    tr.finish_run(tracking, run_id, summary={"policy": policy, "selection": selected, "reason": outcome["reason"]})
+    return {"policy": policy, "metrics": metrics, "run_id": run_id, "trained": outcome["trained"], "reason": outcome["reason"]}

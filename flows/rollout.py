@@ -1,0 +1,56 @@
+"""Flow: roll a policy out on a task set, G samples per task, in chunks (resumable)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+
+from flows._hooks import HOOKS
+from swerl.orchestration.inputs import task_inputs
+from swerl.orchestration.params import AgentParams, RolloutParams
+from swerl.stages.images import load_task_file
+from swerl.stages.rollout import RolloutStage
+from tasks.rollout import rollout_chunk
+
+
+def rollout_stage(*, tasks, repos, model: str, out, samples: int, seed: int, policy_version: str, agent: AgentParams,
+                  grade: bool = True, container_label: str | None = None) -> RolloutStage:
+    return RolloutStage(tasks=tasks, repos=repos, model=model, engine=agent.engine, samples=samples, out=out,
+                        concurrency=agent.concurrency, max_turns=agent.max_turns, max_context=agent.max_context,
+                        max_new_tokens=agent.max_new_tokens, command_timeout_s=agent.command_timeout_s,
+                        deadline_s=agent.deadline_s, seed=seed, base_url=agent.base_url, grade=grade,
+                        policy_version=policy_version, run_id=container_label)
+
+
+def run_chunks(stage: RolloutStage, chunk_size: int | None, timeout_s: float) -> dict[str, Any]:
+    """Submit one rollout task per chunk of tasks (all into the same store) and wait for them."""
+    ids = [t.instance_id for t in load_task_file(stage.tasks)]
+    size = chunk_size or len(ids)
+    chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
+    if len(chunks) == 1:
+        results = [rollout_chunk.with_options(timeout_seconds=timeout_s)(stage, 0)]
+    else:
+        futures = []
+        for n, chunk in enumerate(chunks):
+            part = stage.model_copy(update={"instance_ids": chunk})
+            futures.append(rollout_chunk.with_options(timeout_seconds=timeout_s).submit(part, n))
+        results = [f.result() for f in futures]
+    summaries = [r["summary"] for r in results]
+    return {"store": results[0]["store"], "produced": sum(s["produced"] for s in summaries),
+            "skipped": sum(s["skipped"] for s in summaries), "wall_s": max(s["wall_s"] for s in summaries)}
+
+
+@flow(name="rollout", log_prints=True, **HOOKS)
+def rollout(params: RolloutParams) -> dict[str, Any]:
+    """G graded trajectories per task from one policy, appended to OUT/trajectories (resumable)."""
+    from tasks.tracking import resolve_policy
+
+    tasks, repos = task_inputs(params.tasks, params.repos)
+    policy = resolve_policy(params.tracking, params.model)
+    stage = rollout_stage(tasks=tasks, repos=repos, model=policy["path"], out=params.out, samples=params.samples,
+                          seed=params.seed, policy_version=params.policy_version or policy["policy_version"],
+                          agent=params.agent, grade=params.grade)
+    result = run_chunks(stage, params.agent.chunk_size, params.agent.timeout_s)
+    print(f"{result['produced']} new trajectories ({result['skipped']} already stored) in {result['store']}")
+    return result

@@ -1,0 +1,33 @@
+"""The embedded default's inputs: demo tasks and repositories, the tiny starting model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DEFAULT_DEMO_DIR = Path("runs/demo")
+
+
+def demo_inputs(folder: Path = DEFAULT_DEMO_DIR) -> tuple[Path, Path]:
+    """Materialise the demo tasks (idempotent) and return (tasks file, repos folder)."""
+    from swerl.demo import materialize_demo
+
+    if not (folder / "tasks.jsonl").is_file() or not (folder / "repos").is_dir():
+        materialize_demo(folder)
+    return folder / "tasks.jsonl", folder / "repos"
+
+
+def task_inputs(tasks: Path | None, repos: Path | None, demo_dir: Path = DEFAULT_DEMO_DIR) -> tuple[Path, Path | None]:
+    """The given task file and mirror, or the demo's when no task file is given."""
+    if tasks is None:
+        demo_tasks, demo_repos = demo_inputs(demo_dir)
+        return demo_tasks, repos or demo_repos
+    return Path(tasks), repos
+
+
+def tiny_model(folder: Path) -> Path:
+    """The tiny default policy in ``folder`` (created once; deterministic)."""
+    from swerl.models.tiny import TinyModelConfig, init_tiny
+
+    if not (folder / "config.json").is_file():
+        init_tiny(folder, TinyModelConfig(), overwrite=True)
+    return folder

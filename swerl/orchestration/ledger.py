@@ -1,0 +1,48 @@
+"""The stage ledger: which stages of a pipeline run folder are finished, and what they produced.
+
+A rerun of a crashed or cancelled pipeline reads it and skips every finished stage, so no
+finished rollout, training step or MLflow iteration is redone. A stage is recorded only
+after its work and its tracking are complete; a stage cut short is resumed by its own
+mechanism (rollout stores skip stored pairs, training resumes from the newest step).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+LEDGER_FILE = "ledger.json"
+
+
+class Ledger:
+    """``<run_dir>/ledger.json``: {stage: {"result": {...}, "finished_at": epoch seconds}}; atomic writes."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LEDGER_FILE
+        self._lock = threading.Lock()
+
+    def _read(self) -> dict[str, Any]:
+        if not self.path.is_file():
+            return {}
+        return json.loads(self.path.read_text(encoding="utf-8"))
+
+    def get(self, stage: str) -> dict[str, Any] | None:
+        """The recorded result of a finished stage, or None."""
+        entry = self._read().get(stage)
+        return entry["result"] if entry else None
+
+    def finished(self) -> list[str]:
+        return list(self._read())
+
+    def record(self, stage: str, result: dict[str, Any]) -> None:
+        with self._lock:
+            data = self._read()
+            data[stage] = {"result": result, "finished_at": time.time()}
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+            os.replace(tmp, self.path)

@@ -1,0 +1,74 @@
+"""The figures each stage reports to MLflow and Prefect, as pure functions of its outputs."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from swerl.agent.trajectory import Trajectory
+from swerl.eval.report import EvalReport
+from swerl.rl.rewards import RewardConfig, score_trajectories
+
+# trainer metrics averaged over an update's optimiser steps
+TRAIN_KEYS = ("loss", "grad_norm", "clip_frac_low", "clip_frac_high", "approx_kl", "entropy", "ratio_mean",
+              "tokens_per_s", "step_seconds", "lr")
+
+
+def rollout_metrics(trajectories: Sequence[Trajectory], reward: RewardConfig | None = None,
+                    wall_s: float | None = None) -> dict[str, float]:
+    """Mean reward, solved fraction, share of groups with equal rewards (dropped by DAPO),
+    turns per trajectory, counts per exit reason and grading failure class, tokens/s."""
+    if not trajectories:
+        return {"trajectories": 0.0}
+    scored = score_trajectories(trajectories, reward or RewardConfig())
+    rewards = [s.reward for s in scored if s.reward is not None]
+    groups: dict[str, list[float]] = defaultdict(list)
+    for s in scored:
+        if s.reward is not None:
+            groups[s.instance_id].append(s.reward)
+    dropped = sum(1 for g in groups.values() if len(g) < 2 or max(g) - min(g) == 0)
+    out: dict[str, float] = {
+        "trajectories": float(len(trajectories)),
+        "mean_reward": sum(rewards) / len(rewards) if rewards else 0.0,
+        "solved_fraction": sum(1 for t in trajectories if t.resolved) / len(trajectories),
+        "groups": float(len(groups)),
+        "groups_dropped_fraction": dropped / len(groups) if groups else 1.0,
+        "turns_mean": sum(t.num_turns for t in trajectories) / len(trajectories),
+        "action_tokens": float(sum(t.n_action_tokens for t in trajectories)),
+        "generation_s": sum(t.generation_s for t in trajectories),
+    }
+    if wall_s:
+        out["tokens_per_s"] = out["action_tokens"] / wall_s
+    for reason, n in Counter(t.exit_reason.value for t in trajectories).items():
+        out[f"exit_{reason}"] = float(n)
+    for cls, n in Counter(t.grade_failure or ("resolved" if t.resolved else "ungraded") for t in trajectories).items():
+        out[f"failure_{cls}"] = float(n)
+    return out
+
+
+def eval_metrics(report: EvalReport) -> dict[str, float]:
+    """Pass@1 with its standard error over runs, Pass@k, turns and exit counts."""
+    out = {"pass_at_1": report.pass_at_1, "pass_at_1_sem": report.pass_at_1_sem, "tasks": float(report.tasks),
+           "runs": float(report.runs), "turns_mean": report.mean_turns, "ungraded": float(report.ungraded)}
+    for k, v in report.pass_at_k.items():
+        out[f"pass_at_{k}"] = v
+    for reason, n in report.exit_reasons.items():
+        out[f"exit_{reason}"] = float(n)
+    return out
+
+
+def train_metrics(steps: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """The mean of each trainer metric over the optimiser steps of one update, plus the step count."""
+    steps = list(steps)
+    out: dict[str, float] = {"steps": float(len(steps))}
+    for key in TRAIN_KEYS:
+        values = [float(s[key]) for s in steps if s.get(key) is not None and math.isfinite(float(s[key]))]
+        if values:
+            out[key] = sum(values) / len(values)
+    return out
+
+
+def prefixed(prefix: str, metrics: Mapping[str, float]) -> dict[str, float]:
+    return {f"{prefix}/{k}": float(v) for k, v in metrics.items()}

@@ -1,0 +1,136 @@
+"""Stage: roll the agent out on a task set (resumable), and evaluation on top of it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from swerl.agent.trajectory import Trajectory
+from swerl.eval.report import EvalReport, build_report
+from swerl.rollout.runner import RolloutSummary
+from swerl.stages.errors import StageInputError
+from swerl.stages.images import ImagesStage, build_outcomes, image_config, load_task_file
+
+EngineKind = Literal["hf", "vllm", "openai", "scripted"]
+
+
+class RolloutStage(BaseModel):
+    """One rollout: which tasks, which policy, how many samples, the agent's limits, where to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: Path = Field(description="Task file.")
+    repos: Path | None = Field(None, description="Mirror folder holding repositories as <owner>__<name>.")
+    ca_certs: list[Path] | None = Field(None, description="Extra CA certificates (PEM) for image builds.")
+    model: str = Field(description="Policy: a model folder, a hub name, or (engine openai) the served model name.")
+    engine: EngineKind = Field("hf", description="hf (transformers), vllm (in-process), openai (HTTP), scripted (gold patches).")
+    samples: int = Field(1, ge=1, le=1024, description="Trajectories per task (G; for evaluation, the runs k).")
+    out: Path = Field(description="Run folder: trajectories/*.parquet, summary.json; a rerun resumes it.")
+    concurrency: int = Field(4, ge=1, le=4096, description="Trajectories (sandboxes) at once.")
+    max_turns: int = Field(40, ge=1, le=1000, description="Replies per trajectory (T_max).")
+    max_context: int | None = Field(None, ge=64, description="Token budget per trajectory (default: the model's).")
+    max_new_tokens: int = Field(1024, ge=1, description="Tokens per reply at most.")
+    command_timeout_s: float = Field(60.0, ge=1, description="Seconds per sandbox command.")
+    deadline_s: float = Field(1800.0, ge=1, description="Wall-clock seconds per trajectory.")
+    seed: int | None = Field(0, description="Base sampling seed; None: unseeded.")
+    base_url: str | None = Field(None, description="OpenAI-compatible server for engine openai.")
+    tokenizer: str | None = Field(None, description="Tokenizer folder or name (default: model).")
+    grade: bool = Field(True, description="Grade every trajectory in a fresh sandbox.")
+    policy_version: str = Field("0", description="Recorded on every trajectory; training refuses other versions.")
+    log_dir: Path = Field(Path(".swerl/logs"), description="Build and grading logs.")
+    prompt_dir: Path | None = Field(None, description="Folder overriding the prompt templates (<name>.j2).")
+    skip_invalid: bool = Field(False, description="Load the valid task records and skip the invalid ones.")
+    run_id: str | None = Field(None, description="Labels this run's containers (reaping, cancellation); default: random.")
+    instance_ids: list[str] | None = Field(None, description="Only these tasks of the file (a chunk); None: all.")
+
+
+class RolloutResult(BaseModel):
+    summary: RolloutSummary
+    store: Path
+    tasks: list[str]
+
+
+def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | None = None,
+                on_start: Callable[[int], None] | None = None,
+                on_build: Callable[[object], None] | None = None) -> RolloutResult:
+    """Build (or find) the images, then run every (task, sample) not yet stored in ``out``.
+
+    ``on_start(n)`` is called with the number of trajectories this call will produce.
+    """
+    from swerl.agent.chat_format import ChatFormat, ChatTemplateError
+    from swerl.agent.loop import AgentConfig
+    from swerl.grading.grader import GradingConfig
+    from swerl.inference.base import EngineError
+    from swerl.inference.factory import load_tokenizer, make_engine
+    from swerl.inference.scripted import script_from_patch
+    from swerl.rollout.runner import RolloutConfig, rollout
+    from swerl.rollout.store import TrajectoryStore
+
+    tasks = load_task_file(stage.tasks, stage.skip_invalid)
+    if stage.instance_ids is not None:
+        unknown = sorted(set(stage.instance_ids) - {t.instance_id for t in tasks})
+        if unknown:
+            raise StageInputError(f"instance_ids not in {stage.tasks}: {unknown[:5]}")
+        wanted = set(stage.instance_ids)
+        tasks = [t for t in tasks if t.instance_id in wanted]
+    try:
+        tok = load_tokenizer(stage.tokenizer or stage.model)
+        chat = ChatFormat(tok)
+    except (EngineError, ChatTemplateError) as e:
+        raise StageInputError(str(e)) from e
+    images_cfg = ImagesStage(tasks=stage.tasks, repos=stage.repos, ca_certs=stage.ca_certs,
+                             concurrency=min(stage.concurrency, 64), log_dir=stage.log_dir)
+    outcomes = build_outcomes(tasks, image_config(images_cfg), on_build)
+    images = {iid: o.image for iid, o in outcomes.items() if o.image and not o.error}
+    scripts = {t.instance_id: script_from_patch(t.patch) for t in tasks} if stage.engine == "scripted" else None
+    store_dir = stage.out / "trajectories"
+    if on_start is not None:
+        done = TrajectoryStore(store_dir).done()
+        on_start(sum(1 for t in tasks for i in range(stage.samples) if (t.instance_id, i) not in done))
+    try:
+        engine = make_engine(stage.engine, stage.model, tokenizer=tok, base_url=stage.base_url, max_context=stage.max_context,
+                             policy_version=stage.policy_version, scripts=scripts)
+    except EngineError as e:
+        raise StageInputError(str(e)) from e
+    config = RolloutConfig(
+        samples=stage.samples, concurrency=stage.concurrency, seed=stage.seed, grade=stage.grade, model_name=stage.model,
+        agent=AgentConfig(max_turns=stage.max_turns, max_context=stage.max_context, max_new_tokens=stage.max_new_tokens,
+                          command_timeout_s=stage.command_timeout_s, deadline_s=stage.deadline_s, prompt_dir=stage.prompt_dir),
+        grading=GradingConfig(log_dir=stage.log_dir / "grading"),
+    )
+    if stage.run_id:
+        config.sandbox.run_id = stage.run_id
+        config.grading.sandbox.run_id = stage.run_id
+    try:
+        summary = rollout(tasks, images, engine, chat, config, store_dir, on_done=on_done)
+    finally:
+        engine.close()
+    stage.out.mkdir(parents=True, exist_ok=True)
+    (stage.out / "summary.json").write_text(summary.model_dump_json(indent=2))
+    return RolloutResult(summary=summary, store=store_dir, tasks=[t.instance_id for t in tasks])
+
+
+def stored_trajectories(store: Path, instance_ids: list[str] | None = None) -> list[Trajectory]:
+    from swerl.rollout.store import TrajectoryStore
+
+    wanted = set(instance_ids) if instance_ids is not None else None
+    return [t for t in TrajectoryStore(store).trajectories() if wanted is None or t.instance_id in wanted]
+
+
+def run_eval(stage: RolloutStage, on_done: Callable[[Trajectory], None] | None = None,
+             on_start: Callable[[int], None] | None = None,
+             on_build: Callable[[object], None] | None = None) -> tuple[EvalReport, RolloutResult]:
+    """Roll out ``samples`` runs per task (graded), then write ``out/eval.json``."""
+    if not stage.grade:
+        raise StageInputError("evaluation grades every trajectory: grade must be true")
+    result = run_rollout(stage, on_done=on_done, on_start=on_start, on_build=on_build)
+    try:
+        report = build_report(stored_trajectories(result.store, result.tasks), stage.samples)
+    except ValueError as e:
+        raise StageInputError(f"{e} (trajectories in {result.store})") from e
+    (stage.out / "eval.json").write_text(json.dumps(report.model_dump(), indent=2))
+    return report, result

@@ -1,0 +1,43 @@
+"""What every swerl task shares: which failures deserve a retry, concurrency tags, tracker access."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from swerl.stages.errors import StageInputError
+
+# tag-based concurrency limits (`prefect concurrency-limit create sandbox 8`) bound these
+TAG_IMAGE_BUILD = "image-build"
+TAG_SANDBOX = "sandbox"
+TAG_GPU = "gpu"
+
+
+def _infrastructure(exc: BaseException) -> bool:
+    """Docker, network and engine-server failures may pass; bad input or a bug never does."""
+    import docker.errors
+    import httpx
+    import requests
+
+    from swerl.envs.docker_client import DockerUnavailableError
+
+    if isinstance(exc, StageInputError):
+        return False
+    return isinstance(exc, (DockerUnavailableError, docker.errors.APIError, ConnectionError, TimeoutError,
+                            httpx.TransportError, requests.ConnectionError))
+
+
+def retry_on_infrastructure(task: Any, task_run: Any, state: Any) -> bool:
+    """Prefect ``retry_condition_fn``: retry only when the failure is an infrastructure error."""
+    try:
+        state.result()
+    except Exception as exc:  # noqa: BLE001 - the state's own exception, classified below
+        return _infrastructure(exc)
+    return False
+
+
+def tracker(tracking: Any):
+    """A ``Tracker`` for flow parameters' ``TrackingParams`` (None fields take the defaults)."""
+    from swerl.tracking import Tracker, TrackingConfig
+
+    fields = {k: v for k, v in tracking.model_dump().items() if v is not None}
+    return Tracker(TrackingConfig(**fields))

@@ -1,0 +1,41 @@
+"""Grade a chunk of SWE-bench predictions, each in a fresh sandbox."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from tasks.common import TAG_SANDBOX, retry_on_infrastructure
+
+
+@task(name="grade-chunk", tags=[TAG_SANDBOX], retries=1, retry_condition_fn=retry_on_infrastructure,
+      timeout_seconds=6 * 3600, cache_policy=NO_CACHE)
+def grade_chunk(tasks: Path, predictions: list[dict[str, Any]], manifest: Path, out: Path, concurrency: int = 2,
+                timeout_s: float = 900.0, log_dir: Path = Path(".swerl/logs")) -> dict[str, Any]:
+    """Write one result line per prediction to ``out`` (JSONL); unknown instances are infra errors."""
+    from swerl.grading.grader import GradingConfig, grade_many
+    from swerl.grading.results import FailureClass, GradeResult
+    from swerl.stages.images import load_task_file, read_manifest
+
+    by_id = {t.instance_id: t for t in load_task_file(tasks)}
+    images = read_manifest(manifest)
+    config = GradingConfig(log_dir=log_dir / "grade", test_timeout_s=timeout_s)
+    config.sandbox.run_id = f"grade-{uuid.uuid4().hex[:8]}"
+    known = [p for p in predictions if p["instance_id"] in by_id]
+    jobs = [(by_id[p["instance_id"]], p.get("model_patch") or "", images.get(p["instance_id"]), p.get("model_name_or_path", ""))
+            for p in known]
+    results = grade_many(jobs, config, concurrency=concurrency)
+    for p in predictions:
+        if p["instance_id"] not in by_id:
+            results.append(GradeResult(instance_id=p["instance_id"], model_name_or_path=p.get("model_name_or_path", ""),
+                                       resolved=False, failure_class=FailureClass.INFRA_ERROR,
+                                       reason=f"instance_id {p['instance_id']!r} is not in {tasks}"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as f:
+        for r in results:
+            f.write(r.model_dump_json() + "\n")
+    return {"out": str(out), "resolved": sum(r.resolved for r in results), "total": len(results)}

@@ -1,0 +1,93 @@
+"""MLflow bookkeeping as Prefect tasks: runs tied to flow runs, metrics, lineage, registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from swerl.orchestration import recording
+from swerl.orchestration.params import TrackingParams
+from tasks.common import tracker
+
+_RETRY = dict(retries=3, retry_delay_seconds=5, cache_policy=NO_CACHE)
+
+
+def prefect_tags() -> dict[str, str]:
+    """Tags tying an MLflow run to the Prefect flow run that wrote it (empty outside a flow run)."""
+    from prefect.runtime import deployment, flow_run
+
+    tags = {"prefect.flow_run_id": flow_run.id, "prefect.flow_run_name": flow_run.name, "prefect.flow_name": flow_run.flow_name,
+            "prefect.flow_run_url": flow_run.ui_url, "prefect.deployment_id": deployment.id,
+            "prefect.root_flow_run_id": flow_run.root_flow_run_id}
+    return {k: str(v) for k, v in tags.items() if v}
+
+
+@task(name="mlflow-pipeline-run", **_RETRY)
+def pipeline_run(tracking: TrackingParams, pipeline_id: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Get or create the pipeline's parent run (one per pipeline id, whatever the reruns)."""
+    t = tracker(tracking)
+    run_id = t.pipeline_run(pipeline_id, name=f"pipeline {pipeline_id}", params=params, tags=prefect_tags())
+    return {"run_id": run_id, "url": t.run_url(run_id), "experiment_id": t.experiment_id}
+
+
+@task(name="mlflow-stage-run", **_RETRY)
+def stage_run(tracking: TrackingParams, parent_run_id: str | None, stage: str, params: dict[str, Any] | None = None,
+              kind: str = "stage") -> str:
+    """Get or create the stage's child run (or a top-level run when there is no parent)."""
+    t = tracker(tracking)
+    tags = {**prefect_tags(), "swerl.kind": kind}
+    if parent_run_id:
+        return t.stage_run(parent_run_id, stage, params=params, tags=tags)
+    return t.pipeline_run(f"{stage}", name=stage, params=params, tags=tags)
+
+
+@task(name="mlflow-log-metrics", **_RETRY)
+def log_metrics(tracking: TrackingParams, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:
+    tracker(tracking).log_metrics(run_id, metrics, step=step)
+
+
+@task(name="mlflow-log-lineage", **_RETRY)
+def log_lineage(tracking: TrackingParams, run_id: str, *, tasks: Path | None = None, tasks_name: str = "tasks",
+                tasks_context: str = "training", manifest: Path | None = None, trajectories: Path | None = None,
+                trajectories_name: str = "trajectories", trajectories_context: str = "training", count: int = 0) -> dict[str, str]:
+    """Dataset inputs: the task set's digest, the image manifest, a rollout's trajectories."""
+    t = tracker(tracking)
+    out = {}
+    if tasks is not None:
+        out["tasks"] = recording.log_task_set(t, run_id, tasks, name=tasks_name, context=tasks_context)
+    if manifest is not None and Path(manifest).is_file():
+        out["images"] = recording.log_manifest(t, run_id, manifest)
+    if trajectories is not None and Path(trajectories).is_dir():
+        out["trajectories"] = recording.log_trajectories(t, run_id, trajectories, name=trajectories_name,
+                                                         context=trajectories_context, count=count)
+    return out
+
+
+@task(name="register-checkpoint", **_RETRY)
+def register_checkpoint(tracking: TrackingParams, run_id: str, checkpoint: Path, name: str, policy_version: str,
+                        step: int, metrics: dict[str, float] | None = None) -> dict[str, str]:
+    """Log the checkpoint as an MLflow logged model, register it, move ``candidate`` to it."""
+    return recording.log_checkpoint(tracker(tracking), run_id, checkpoint, name=name, policy_version=policy_version,
+                                    step=step, metrics=metrics)
+
+
+@task(name="resolve-policy", **_RETRY)
+def resolve_policy(tracking: TrackingParams, model: str) -> dict[str, Any]:
+    path, version, registered = recording.resolve_policy(tracker(tracking), model)
+    return {"path": path, "policy_version": version, "registered_version": registered}
+
+
+@task(name="promote-champion", **_RETRY)
+def promote(tracking: TrackingParams, version: str, pass_at_1: float) -> bool:
+    return recording.promote_if_better(tracker(tracking), version, pass_at_1)
+
+
+@task(name="mlflow-finish-run", **_RETRY)
+def finish_run(tracking: TrackingParams, run_id: str, status: str = "FINISHED", summary: dict[str, Any] | None = None) -> None:
+    t = tracker(tracking)
+    if summary is not None:
+        t.log_dict(run_id, summary, "summary.json")
+    t.finish(run_id, status)
