@@ -229,6 +229,8 @@ from swerl.cli.train import train_app  # noqa: E402
 
 app.add_typer(train_app, name="train")
 
+from swerl.cli import services as _services_commands  # noqa: E402,F401  registers `up`, `down`, `status` on app
+
 
 def main() -> None:
     app()

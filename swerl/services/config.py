@@ -1,0 +1,120 @@
+"""Where the local service stack lives and how it is reached."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SAVED_CONFIG = "services.json"
+# Hosts that bind every interface: clients on this machine reach them through loopback
+_WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
+
+
+class ServicesConfig(BaseModel):
+    """A local Prefect server with a worker and an MLflow server, under one home folder."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    home: Path = Field(
+        Path(".swerl/services"),
+        description="Pid files, logs, the default SQLite databases and artifacts, and PREFECT_HOME of the server and worker.",
+    )
+    host: str = Field("127.0.0.1", min_length=1, max_length=253, description="Interface both servers bind.")
+    prefect_port: int = Field(4200, ge=1, le=65535, description="Port of the Prefect server (API under /api, UI at /).")
+    mlflow_port: int = Field(5000, ge=1, le=65535, description="Port of the MLflow tracking server (API and UI).")
+    prefect_database_url: str | None = Field(
+        None, min_length=1, max_length=2048,
+        description="PREFECT_SERVER_DATABASE_CONNECTION_URL, e.g. postgresql+asyncpg://user:pw@host/db; None: SQLite under home.",
+    )
+    mlflow_backend_store_uri: str | None = Field(
+        None, min_length=1, max_length=2048,
+        description="MLflow --backend-store-uri, e.g. postgresql://user:pw@host/db; None: sqlite:///<home>/mlflow.db.",
+    )
+    mlflow_artifacts_destination: str | None = Field(
+        None, min_length=1, max_length=2048,
+        description="Where the MLflow server stores the artifacts it proxies (--serve-artifacts); None: <home>/mlartifacts.",
+    )
+    mlflow_workers: int = Field(
+        1, ge=1, le=32, description="MLflow server worker processes; its default of 4 costs memory a laptop stack does not need."
+    )
+    work_pool: str = Field(
+        "swerl-local", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="Prefect `process` work pool the worker polls; created when missing.",
+    )
+    worker: bool = Field(True, description="Start a Prefect worker on work_pool.")
+    startup_timeout_s: float = Field(120.0, gt=0, le=3600, description="Seconds each service may take to answer its health check.")
+    stop_timeout_s: float = Field(15.0, gt=0, le=600, description="Seconds between SIGTERM and SIGKILL when stopping a service.")
+
+    @field_validator("home")
+    @classmethod
+    def _absolute_home(cls, home: Path) -> Path:
+        # Services run with cwd=home and outlive the shell that started them: relative paths would drift
+        return Path(os.path.abspath(home.expanduser()))
+
+    @property
+    def client_host(self) -> str:
+        return "127.0.0.1" if self.host in _WILDCARD_HOSTS else self.host
+
+    def _base(self, port: int) -> str:
+        host = f"[{self.client_host}]" if ":" in self.client_host else self.client_host
+        return f"http://{host}:{port}"
+
+    @property
+    def prefect_url(self) -> str:
+        """The Prefect UI."""
+        return self._base(self.prefect_port)
+
+    @property
+    def prefect_api_url(self) -> str:
+        return f"{self.prefect_url}/api"
+
+    @property
+    def mlflow_url(self) -> str:
+        """The MLflow UI and tracking URI."""
+        return self._base(self.mlflow_port)
+
+    @property
+    def prefect_home(self) -> Path:
+        return self.home / "prefect"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / "run"
+
+    def mlflow_store_uri(self) -> str:
+        return self.mlflow_backend_store_uri or f"sqlite:///{self.home / 'mlflow.db'}"
+
+    def mlflow_artifacts(self) -> str:
+        return self.mlflow_artifacts_destination or str(self.home / "mlartifacts")
+
+
+def save_config(config: ServicesConfig) -> Path:
+    """Record the stack's settings in its home, so `down` and `status` need only --home."""
+    path = config.home / SAVED_CONFIG
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Database URLs may carry passwords
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(config.model_dump_json(indent=2))
+    return path
+
+
+def load_config(home: Path) -> ServicesConfig:
+    """The settings the stack in `home` was last started with; the defaults when it never was."""
+    home = Path(os.path.abspath(Path(home).expanduser()))
+    path = home / SAVED_CONFIG
+    if not path.is_file():
+        return ServicesConfig(home=home)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is not readable JSON ({e}); delete it and run `swerl up` again") from e
+    # The folder may have moved since it was written; the one asked for wins
+    return ServicesConfig.model_validate({**data, "home": home})
