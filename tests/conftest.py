@@ -11,6 +11,13 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("DO_NOT_TRACK", "1")
+# Prefect offline, with its home (database, result cache) in a temp dir, before anything imports it
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+if "PREFECT_HOME" not in os.environ:
+    import tempfile
+
+    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="swerl-test-prefect-")
 
 
 @pytest.fixture(scope="session")

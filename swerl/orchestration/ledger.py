@@ -44,5 +44,5 @@ class Ledger:
             data[stage] = {"result": result, "finished_at": time.time()}
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+            tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
             os.replace(tmp, self.path)

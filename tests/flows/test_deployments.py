@@ -1,0 +1,94 @@
+"""`prefect deploy --all` against a local server started by `swerl up`, then the evaluate
+deployment triggered with parameters the way the UI does (an API run request), executed by
+the stack's process worker, and recorded in the stack's MLflow server."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    from swerl.services import ServicesConfig, down, env, up
+
+    config = ServicesConfig(home=tmp_path_factory.mktemp("stack"), prefect_port=_free_port(), mlflow_port=_free_port())
+    try:
+        up(config)
+        yield env(config)
+    finally:
+        down(config)
+
+
+@pytest.fixture(scope="module")
+def deployed(stack):
+    subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml"],
+                   cwd=ROOT, env={**os.environ, **stack}, check=True, capture_output=True, text=True, timeout=300)
+    api = stack["PREFECT_API_URL"]
+    found = httpx.post(f"{api}/deployments/filter", json={}, timeout=30).json()
+    return {d["name"]: d for d in found}
+
+
+def test_deploy_all_creates_the_three_deployments_on_the_process_pool(deployed):
+    assert sorted(deployed) == ["build-images", "evaluate", "pipeline"]
+    assert {d["work_pool_name"] for d in deployed.values()} == {"swerl-local"}
+    assert deployed["evaluate"]["entrypoint"] == "flows/evaluate.py:evaluate"
+
+
+def test_evaluate_has_an_active_nightly_schedule_for_the_champion(deployed):
+    schedules = deployed["evaluate"]["schedules"]
+    assert len(schedules) == 1
+    assert schedules[0]["active"] is True
+    assert schedules[0]["schedule"]["cron"] == "0 2 * * *"
+    assert schedules[0]["schedule"]["timezone"] == "UTC"
+    assert schedules[0]["parameters"]["params"]["model"] == "champion"
+
+
+def test_a_run_request_with_parameters_completes_on_the_worker(stack, deployed, docker_ready, demo, task_slice,
+                                                              tiny_model_dir, tmp_path):
+    from mlflow import MlflowClient
+
+    api = stack["PREFECT_API_URL"]
+    params = {"params": {"model": str(tiny_model_dir), "tasks": str(task_slice), "repos": str(demo.repos_dir),
+                         "out": str(tmp_path / "evals"), "runs": 1,
+                         "agent": {"engine": "hf", "max_turns": 2, "max_new_tokens": 16, "concurrency": 3}}}
+    # what the UI's "Custom run" sends
+    run = httpx.post(f"{api}/deployments/{deployed['evaluate']['id']}/create_flow_run",
+                     json={"parameters": params, "state": {"type": "SCHEDULED"}}, timeout=30)
+    assert run.status_code == 201, run.text
+    run_id = run.json()["id"]
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        state = httpx.get(f"{api}/flow_runs/{run_id}", timeout=30).json()["state"]
+        if state["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            break
+        time.sleep(2)
+    assert state["type"] == "COMPLETED", state
+    folders = list((tmp_path / "evals").iterdir())
+    assert len(folders) == 1
+    report = json.loads((folders[0] / "eval.json").read_text())
+    assert report["tasks"] == 3 and report["runs"] == 1
+    # recorded in the stack's MLflow server, tied to the flow run
+    client = MlflowClient(stack["MLFLOW_TRACKING_URI"])
+    exp = client.get_experiment_by_name("swerl")
+    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`prefect.flow_run_id` = '{run_id}'")
+    assert len(runs) == 1
+    assert runs[0].data.metrics["eval/tasks"] == 3.0

@@ -1,0 +1,219 @@
+"""The pipeline flow end to end, against a real Prefect API, MLflow on SQLite and Docker.
+
+One pipeline (3 demo tasks, the tiny model) is started in a process of its own and killed
+with SIGKILL in the middle of DAPO iteration 1's rollouts, then rerun in this process to
+the end, then rerun once more. The test asserts what each of those must leave behind:
+finished work is never redone, MLflow holds exactly one run per stage, no container leaks,
+and the records (metrics per iteration, registered versions and aliases, dataset inputs,
+Prefect artifacts) are all there.
+
+The tiny model solves nothing, so the DAPO updates would see equal rewards in every group
+and carry the policy forward. An external grader's rewards (``dapo.rewards_file``: sample 0
+of each task scores 1, sample 1 scores 0) give every group a nonzero advantage, so each
+iteration takes a real clipped policy-gradient step on the tiny model's own trajectories.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "e2e"
+STAGES = ["images", "validate", "start-policy", "eval-start", "rft", "eval-rft", "iter-1", "eval-iter-1", "iter-2", "eval-iter-2"]
+CHILD_RUNS = ["eval-start", "rft", "eval-rft", "iter-1", "eval-iter-1", "iter-2", "eval-iter-2"]
+
+
+def _params(tmp: Path, tasks: Path, repos: Path):
+    from swerl.orchestration.params import (AgentParams, DAPOParams, EvalParams, PipelineParams, RFTParams, TrackingParams,
+                                            TrainParams)
+
+    rewards = tmp / "external-rewards.jsonl"
+    ids = [json.loads(line)["instance_id"] for line in tasks.read_text().splitlines()]
+    rewards.write_text("".join(json.dumps({"trajectory_id": f"{i}/{s}", "reward": float(s == 0)}) + "\n" for i in ids for s in (0, 1)))
+    return PipelineParams(
+        name=NAME, run_root=tmp / "runs", tasks=tasks, repos=repos, validate_runs=1, seed=3,
+        agent=AgentParams(engine="hf", max_turns=3, max_new_tokens=24, concurrency=3),
+        rft=RFTParams(agent=AgentParams(engine="scripted", max_turns=20, concurrency=3), samples=1,
+                      train=TrainParams(epochs=1, lr=1e-3, batch_size=3, warmup_steps=0)),
+        dapo=DAPOParams(iterations=2, samples=2, rewards_file=rewards,
+                        train=TrainParams(lr=1e-4, batch_size=6, lr_schedule="constant")),
+        eval=EvalParams(runs=2),
+        tracking=TrackingParams(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment="e2e"),
+    )
+
+
+def _parts(store: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(store.glob("part-*.parquet"))} if store.is_dir() else {}
+
+
+@pytest.fixture(scope="module")
+def e2e(prefect_api, docker_ready, demo, task_slice, tmp_path_factory):
+    """Kill the pipeline mid-iteration, rerun it to the end, then rerun it again."""
+    from flows._hooks import container_label
+    from flows.pipeline import pipeline
+    from swerl.orchestration.ledger import Ledger
+
+    tmp = tmp_path_factory.mktemp("e2e")
+    params = _params(tmp, task_slice, demo.repos_dir)
+    (tmp / "params.json").write_text(params.model_dump_json())
+    run_dir = params.run_dir
+    store = run_dir / "iter-1" / "rollout" / "trajectories"
+    env = {**os.environ, "PREFECT_API_URL": prefect_api, "PYTHONPATH": str(ROOT)}
+    log = (tmp / "killed.log").open("w")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests/flows/pipeline_proc.py"), str(tmp / "params.json")],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 900
+    while not _parts(store) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert _parts(store), f"the killed run never reached iteration 1's rollouts; see {tmp / 'killed.log'}"
+    killed = {"parts": _parts(store), "ledger": Ledger(run_dir).finished()}
+
+    state = pipeline(params, return_state=True)
+    assert state.is_completed(), state
+    resumed = {"summary": state.result(), "flow_run_id": str(state.state_details.flow_run_id),
+               "parts": _parts(store), "ledger": json.loads((run_dir / "ledger.json").read_text()),
+               "containers": container_label(NAME)}
+    again = pipeline(params, return_state=True)
+    assert again.is_completed(), again
+    return {"params": params, "killed": killed, "resumed": resumed, "again": again,
+            "ledger_after_again": json.loads((run_dir / "ledger.json").read_text()), "store": store}
+
+
+@pytest.fixture(scope="module")
+def mlflow_client(e2e):
+    from mlflow import MlflowClient
+
+    return MlflowClient(e2e["params"].tracking.tracking_uri)
+
+
+def _runs(client, experiment="e2e"):
+    exp = client.get_experiment_by_name(experiment)
+    return client.search_runs([exp.experiment_id], max_results=1000)
+
+
+def _parent(runs):
+    found = [r for r in runs if r.data.tags.get("swerl.pipeline_id") == NAME and r.data.tags.get("swerl.kind") == "pipeline"]
+    assert len(found) == 1, [r.info.run_name for r in found]
+    return found[0]
+
+
+def test_the_kill_landed_mid_iteration_and_the_rerun_redid_no_finished_rollout(e2e):
+    killed, resumed = e2e["killed"], e2e["resumed"]
+    assert killed["ledger"] == STAGES[:6]
+    assert 1 <= len(killed["parts"]) < 6
+    for name, data in killed["parts"].items():
+        assert resumed["parts"][name] == data, f"{name} was rewritten"
+    assert len(resumed["parts"]) == 6  # 3 tasks x 2 samples, each stored once
+
+
+def test_every_stage_is_recorded_once_and_a_second_rerun_skips_them_all(e2e):
+    assert list(e2e["resumed"]["ledger"]) == STAGES
+    assert e2e["ledger_after_again"] == e2e["resumed"]["ledger"]
+    assert _parts(e2e["store"]) == e2e["resumed"]["parts"]
+
+
+def test_no_container_outlives_the_pipeline(e2e):
+    from swerl.envs.docker_sandbox import running_containers
+
+    assert running_containers(e2e["resumed"]["containers"]) == []
+
+
+def test_mlflow_has_one_parent_and_one_child_run_per_stage_tied_to_prefect(e2e, mlflow_client):
+    runs = _runs(mlflow_client)
+    parent = _parent(runs)
+    assert parent.info.status == "FINISHED"
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(r.data.tags["swerl.stage"] for r in children) == sorted(CHILD_RUNS)
+    assert all(r.info.status == "FINISHED" for r in children)
+    # the last flow run that touched the parent is the second rerun
+    assert parent.data.tags["prefect.flow_run_id"] == str(e2e["again"].state_details.flow_run_id)
+    assert parent.data.tags["prefect.flow_name"] == "pipeline"
+
+
+def test_per_iteration_metrics_are_logged_once_per_step(e2e, mlflow_client):
+    parent = _parent(_runs(mlflow_client))
+    history = mlflow_client.get_metric_history(parent.info.run_id, "eval/pass_at_1")
+    assert sorted(m.step for m in history) == [0, 1, 2, 3]
+    for key in ("eval/pass_at_1_sem", "eval/pass_at_2", "eval/turns_mean"):
+        assert sorted(m.step for m in mlflow_client.get_metric_history(parent.info.run_id, key)) == [0, 1, 2, 3], key
+    for key in ("rollout/mean_reward", "rollout/solved_fraction", "rollout/groups_dropped_fraction", "rollout/turns_mean",
+                "rollout/tokens_per_s", "train/trained"):
+        assert sorted(m.step for m in mlflow_client.get_metric_history(parent.info.run_id, key)) == [1, 2, 3], key
+    for key in ("train/loss", "train/entropy", "train/tokens_per_s", "train/steps"):
+        assert sorted(m.step for m in mlflow_client.get_metric_history(parent.info.run_id, key)) == [1, 2, 3], key
+    for key in ("train/clip_frac_low", "train/clip_frac_high", "train/approx_kl", "data/kept_fraction", "data/reward_mean"):
+        assert sorted(m.step for m in mlflow_client.get_metric_history(parent.info.run_id, key)) == [2, 3], key
+    dapo = {m.step: m.value for m in mlflow_client.get_metric_history(parent.info.run_id, "train/trained")}
+    assert dapo == {1: 1.0, 2: 1.0, 3: 1.0}  # RFT on the scripted demonstrations, two real DAPO updates
+    kept = {m.step: m.value for m in mlflow_client.get_metric_history(parent.info.run_id, "data/kept_fraction")}
+    assert kept == {2: 1.0, 3: 1.0}  # every group has a 1 and a 0: no sample has zero advantage
+    # counts per failure class of the graded rollouts add up to the trajectories
+    iter1 = next(r for r in _runs(mlflow_client) if r.data.tags.get("swerl.stage") == "iter-1")
+    failures = sum(v for k, v in iter1.data.metrics.items() if k.startswith("rollout/failure_"))
+    assert failures == iter1.data.metrics["rollout/trajectories"] == 6
+
+
+def test_checkpoints_are_registered_with_candidate_and_champion_aliases(e2e, mlflow_client):
+    name = e2e["params"].tracking.registered_model
+    versions = {mv.tags["swerl.policy_version"]: mv for mv in mlflow_client.search_model_versions(f"name='{name}'")}
+    assert sorted(versions) == ["0", "dapo-1", "dapo-2", "rft"]
+    candidate = mlflow_client.get_model_version_by_alias(name, "candidate")
+    assert candidate.tags["swerl.policy_version"] == "dapo-2"
+    champion = mlflow_client.get_model_version_by_alias(name, "champion")
+    best = max(float(mv.tags["swerl.pass_at_1"]) for mv in versions.values())
+    assert float(champion.tags["swerl.pass_at_1"]) == best
+    final = e2e["resumed"]["summary"]["final_policy"]
+    assert Path(candidate.tags["swerl.checkpoint_path"]) == Path(final["path"]).resolve()
+    # no copy of the weights by default: the logged model points at the checkpoint folder
+    model = mlflow_client.get_logged_model(candidate.tags["swerl.model_id"])
+    assert mlflow_client.list_logged_model_artifacts(model.model_id) == []
+
+
+def test_lineage_links_task_set_images_and_trajectories(e2e, mlflow_client):
+    from swerl.stages.images import load_task_file
+    from swerl.tracking.lineage import file_digest, tasks_digest, tree_digest
+
+    params = e2e["params"]
+    runs = _runs(mlflow_client)
+    parent = _parent(runs)
+    inputs = {d.dataset.name: d for d in parent.inputs.dataset_inputs}
+    assert inputs["tasks"].dataset.digest == tasks_digest(load_task_file(params.tasks))[:36]
+    assert inputs["images"].dataset.digest == file_digest(params.run_dir / "images.json")[:36]
+    iter1 = next(r for r in runs if r.data.tags.get("swerl.stage") == "iter-1")
+    traj = {d.dataset.name: d for d in iter1.inputs.dataset_inputs}["iter-1-trajectories"]
+    assert traj.dataset.digest == tree_digest(e2e["store"], "*.parquet")[:36]
+    assert {t.key: t.value for t in traj.tags}["mlflow.data.context"] == "training"
+
+
+def test_prefect_artifacts_hold_the_metric_table_progress_and_lineage(e2e, prefect_api):
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    async def latest(key):
+        async with get_client() as client:
+            found = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+            return sorted(found, key=lambda a: a.created)[-1]
+
+    table = asyncio.run(latest(f"metrics-{NAME}"))
+    rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+    assert [r["stage"] for r in rows] == ["start", "rft", "iter-1", "iter-2"]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert all(0.0 <= r["pass_at_1"] <= 1.0 for r in rows)
+    progress = asyncio.run(latest(f"progress-{NAME}"))
+    assert float(progress.data) == 100.0
+    lineage = asyncio.run(latest(f"lineage-{NAME}"))
+    assert "MLflow parent run" in lineage.data
