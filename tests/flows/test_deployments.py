@@ -92,3 +92,51 @@ def test_a_run_request_with_parameters_completes_on_the_worker(stack, deployed, 
     runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`prefect.flow_run_id` = '{run_id}'")
     assert len(runs) == 1
     assert runs[0].data.metrics["eval/tasks"] == 3.0
+
+
+def _processes_of(flow_run_id: str) -> list[int]:
+    """Pids whose environment names this flow run (the worker's flow-run subprocess and its children)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if f"PREFECT__FLOW_RUN_ID={flow_run_id}".encode() in (proc / "environ").read_bytes():
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_cancelling_a_pipeline_run_removes_its_sandboxes_and_processes(stack, deployed, docker_ready, demo, task_slice,
+                                                                        tmp_path):
+    from flows._hooks import container_label
+    from swerl.envs.docker_sandbox import running_containers
+
+    api = stack["PREFECT_API_URL"]
+    name = "cancel-me"
+    params = {"params": {"name": name, "run_root": str(tmp_path / "runs"), "tasks": str(task_slice), "repos": str(demo.repos_dir),
+                         "validate_runs": 0, "eval": {"runs": 4},
+                         "agent": {"engine": "hf", "max_turns": 40, "max_new_tokens": 64, "concurrency": 3}}}
+    run = httpx.post(f"{api}/deployments/{deployed['pipeline']['id']}/create_flow_run",
+                     json={"parameters": params, "state": {"type": "SCHEDULED"}}, timeout=30)
+    assert run.status_code == 201, run.text
+    run_id = run.json()["id"]
+    label = container_label(name)
+    deadline = time.monotonic() + 600
+    while not running_containers(label) and time.monotonic() < deadline:
+        state = httpx.get(f"{api}/flow_runs/{run_id}", timeout=30).json()["state"]
+        assert state["type"] in ("SCHEDULED", "PENDING", "RUNNING"), state
+        time.sleep(1)
+    assert running_containers(label), "the pipeline never started a sandbox"
+    assert _processes_of(run_id)
+    cancel = httpx.post(f"{api}/flow_runs/{run_id}/set_state", json={"state": {"type": "CANCELLING"}, "force": True}, timeout=30)
+    assert cancel.status_code in (200, 201), cancel.text
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        state = httpx.get(f"{api}/flow_runs/{run_id}", timeout=30).json()["state"]
+        if state["type"] == "CANCELLED" and not running_containers(label) and not _processes_of(run_id):
+            break
+        time.sleep(1)
+    assert state["type"] == "CANCELLED", state
+    assert running_containers(label) == []
+    assert _processes_of(run_id) == []
