@@ -1,0 +1,143 @@
+"""The pure parts of orchestration: the stage ledger, per-stage metrics, flow parameters,
+which failures a task retries, and the image cache key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from swerl.agent.trajectory import ExitReason, Trajectory
+from swerl.eval.report import build_report
+from swerl.orchestration.ledger import Ledger
+from swerl.orchestration.metrics import eval_metrics, prefixed, rollout_metrics, train_metrics
+from swerl.orchestration.params import PipelineParams
+from swerl.rl.rewards import RewardConfig
+
+
+def traj(instance: str, sample: int, exit_reason: str = "submitted", resolved: bool | None = False, turns: int = 5,
+         failure: str | None = "tests_failed") -> Trajectory:
+    return Trajectory(instance_id=instance, sample_index=sample, trajectory_id=f"{instance}/{sample}", policy_version="v0",
+                      exit_reason=ExitReason(exit_reason), resolved=resolved, num_turns=turns,
+                      grade_failure=None if resolved else failure)
+
+
+# --- ledger ------------------------------------------------------------------------------
+
+
+def test_the_ledger_keeps_finished_stages_in_order_across_instances(tmp_path):
+    ledger = Ledger(tmp_path)
+    assert ledger.get("images") is None and ledger.finished() == []
+    ledger.record("images", {"ready": 9})
+    ledger.record("eval-start", {"pass_at_1": 0.0})
+    ledger.record("rft", {"trained": True})
+    again = Ledger(tmp_path)  # a rerun in a new process
+    assert again.finished() == ["images", "eval-start", "rft"]
+    assert again.get("images") == {"ready": 9}
+    assert [p.name for p in tmp_path.iterdir()] == ["ledger.json"]  # no temp file left behind
+
+
+# --- metrics -----------------------------------------------------------------------------
+
+
+def test_rollout_metrics_count_rewards_groups_exits_and_failure_classes():
+    runs = [traj("a", 0, resolved=True, turns=4), traj("a", 1, resolved=False, turns=4),
+            traj("b", 0, "format_errors", resolved=False, turns=3, failure="no_patch"),
+            traj("b", 1, "format_errors", resolved=False, turns=3, failure="no_patch")]
+    m = rollout_metrics(runs, RewardConfig(), wall_s=2.0)
+    assert m["trajectories"] == 4.0
+    assert m["mean_reward"] == 0.25  # one success, no length penalty below L_thr 10
+    assert m["solved_fraction"] == 0.25
+    assert m["groups"] == 2.0 and m["groups_dropped_fraction"] == 0.5  # group b has equal rewards
+    assert m["turns_mean"] == 3.5
+    assert (m["exit_submitted"], m["exit_format_errors"]) == (2.0, 2.0)
+    assert (m["failure_resolved"], m["failure_tests_failed"], m["failure_no_patch"]) == (1.0, 1.0, 2.0)
+    assert m["tokens_per_s"] == 0.0
+
+
+def test_a_length_penalty_makes_equal_outcomes_unequal_rewards():
+    runs = [traj("a", 0, turns=2), traj("a", 1, turns=4)]
+    m = rollout_metrics(runs, RewardConfig(l_thr=1, t_max=5))
+    assert m["mean_reward"] == pytest.approx(((1 - 2) / 4 + (1 - 4) / 4) / 2)
+    assert m["groups_dropped_fraction"] == 0.0
+
+
+def test_eval_metrics_carry_pass_at_1_its_error_and_pass_at_k():
+    runs = [traj("a", 0, resolved=True), traj("a", 1, resolved=False), traj("b", 0), traj("b", 1)]
+    m = eval_metrics(build_report(runs, 2))
+    assert m["pass_at_1"] == 0.25
+    assert m["pass_at_1_sem"] == pytest.approx(0.25)  # per-run means 0.5 and 0.0
+    assert m["pass_at_2"] == 0.5
+    assert (m["tasks"], m["runs"]) == (2.0, 2.0)
+
+
+def test_train_metrics_average_each_key_over_steps_and_skip_missing_or_nan():
+    steps = [{"loss": 1.0, "clip_frac_high": 0.1, "entropy": 2.0}, {"loss": 3.0, "clip_frac_high": float("nan")}]
+    assert train_metrics(steps) == {"steps": 2.0, "loss": 2.0, "clip_frac_high": 0.1, "entropy": 2.0}
+    assert train_metrics([]) == {"steps": 0.0}
+    assert prefixed("train", {"loss": 1}) == {"train/loss": 1.0}
+
+
+# --- parameters ----------------------------------------------------------------------------
+
+
+def test_pipeline_parameters_have_a_json_schema_for_the_ui_form_and_sane_defaults():
+    schema = PipelineParams.model_json_schema()
+    assert {"name", "tasks", "agent", "rft", "dapo", "eval", "tracking"} <= set(schema["properties"])
+    p = PipelineParams()
+    assert (p.name, p.dapo.iterations, p.dapo.eps_low, p.dapo.eps_high, p.rft.train.lr) == ("demo", 2, 0.2, 0.3, 5e-6)
+    assert p.run_dir.as_posix() == "runs/pipelines/demo"
+    assert PipelineParams.model_validate_json(p.model_dump_json()) == p
+
+
+@pytest.mark.parametrize("bad", [{"name": "../escape"}, {"name": ""}, {"dapo": {"samples": 1}}, {"eval": {"runs": 0}},
+                                 {"agent": {"engine": "gpt"}}, {"surprise": 1}])
+def test_bad_pipeline_parameters_are_refused(bad):
+    with pytest.raises(ValidationError):
+        PipelineParams(**bad)
+
+
+# --- retries --------------------------------------------------------------------------------
+
+
+def test_tasks_retry_infrastructure_failures_only():
+    import docker.errors
+    from prefect.states import Failed
+
+    from swerl.envs.docker_client import DockerUnavailableError
+    from swerl.stages.errors import NothingToTrainError, StageInputError
+    from tasks.common import retry_on_infrastructure
+
+    def retried(exc: BaseException) -> bool:
+        return retry_on_infrastructure(None, None, Failed(data=exc))
+
+    assert retried(DockerUnavailableError("no daemon"))
+    assert retried(docker.errors.APIError("500 Server Error"))
+    assert retried(ConnectionResetError("peer reset"))
+    assert not retried(StageInputError("bad task file"))
+    assert not retried(NothingToTrainError("equal rewards"))
+    assert not retried(ValueError("a bug"))
+    assert not retried(KeyError("a bug"))
+
+
+# --- caching ---------------------------------------------------------------------------------
+
+
+def test_the_image_cache_key_follows_the_content_of_tasks_and_repositories(tmp_path):
+    from swerl.stages.images import ImagesStage
+    from tasks.images import images_cache_key
+
+    tasks, repos = tmp_path / "tasks.jsonl", tmp_path / "repos"
+    (repos / "o__r").mkdir(parents=True)
+    (repos / "o__r" / "f.py").write_text("x = 1\n")
+    tasks.write_text(json.dumps({"instance_id": "o__r-1"}) + "\n")
+    stage = ImagesStage(tasks=tasks, repos=repos, manifest=tmp_path / "images.json")
+    key = images_cache_key(None, {"stage": stage})
+    assert key == images_cache_key(None, {"stage": stage})
+    (repos / "o__r" / "f.py").write_text("x = 2\n")
+    changed_repo = images_cache_key(None, {"stage": stage})
+    tasks.write_text(json.dumps({"instance_id": "o__r-2"}) + "\n")
+    changed_tasks = images_cache_key(None, {"stage": stage})
+    assert len({key, changed_repo, changed_tasks}) == 3
+    assert len(key) == 64
