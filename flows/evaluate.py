@@ -37,7 +37,7 @@ def evaluate(params: EvaluateParams = EvaluateParams(), parent_run_id: str | Non
     policy = tr.resolve_policy(params.tracking, params.model)
     label = stage or f"evaluate-{_label(params.model)}"
     folder = out or params.out / f"{_label(params.model)}-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}"
-    run_id = tr.stage_run(params.tracking, parent_run_id, label, kind="evaluation",
+    run_id = tr.stage_run(params.tracking, parent_run_id, label, standalone_id=f"evaluate {folder.name}",
                           params={"model": params.model, "checkpoint": policy["path"], "runs": params.runs, "tasks": str(tasks)})
     from flows.rollout import rollout_stage
 

@@ -35,13 +35,14 @@ def pipeline_run(tracking: TrackingParams, pipeline_id: str, params: dict[str, A
 
 @task(name="mlflow-stage-run", **_RETRY)
 def stage_run(tracking: TrackingParams, parent_run_id: str | None, stage: str, params: dict[str, Any] | None = None,
-              kind: str = "stage") -> str:
-    """Get or create the stage's child run (or a top-level run when there is no parent)."""
+              standalone_id: str | None = None) -> str:
+    """Get or create the stage's child run; without a parent, a top-level run keyed by
+    ``standalone_id`` (one per standalone flow run's output, e.g. each nightly evaluation)."""
     t = tracker(tracking)
-    tags = {**prefect_tags(), "swerl.kind": kind}
+    tags = {**prefect_tags(), "swerl.stage_kind": stage.split("-", 1)[0]}
     if parent_run_id:
         return t.stage_run(parent_run_id, stage, params=params, tags=tags)
-    return t.pipeline_run(f"{stage}", name=stage, params=params, tags=tags)
+    return t.pipeline_run(standalone_id or stage, name=standalone_id or stage, params=params, tags=tags)
 
 
 @task(name="mlflow-log-metrics", **_RETRY)
