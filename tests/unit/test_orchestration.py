@@ -141,3 +141,32 @@ def test_the_image_cache_key_follows_the_content_of_tasks_and_repositories(tmp_p
     changed_tasks = images_cache_key(None, {"stage": stage})
     assert len({key, changed_repo, changed_tasks}) == 3
     assert len(key) == 64
+
+
+# --- the `swerl pipeline run` command ------------------------------------------------------------
+
+
+def test_pipeline_run_refuses_bad_parameters_before_starting_anything(tmp_path):
+    from typer.testing import CliRunner
+
+    from swerl.cli import app
+
+    bad = tmp_path / "p.yaml"
+    bad.write_text("name: ../escape\ndapo: {samples: 1}\n")
+    result = CliRunner().invoke(app, ["pipeline", "run", "--params", str(bad)])
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert "invalid pipeline parameters" in text and "name" in text and "dapo.samples" in text
+    missing = CliRunner().invoke(app, ["pipeline", "run", "--params", str(tmp_path / "nope.json")])
+    assert missing.exit_code == 2 and "no such file" in " ".join(missing.output.split())
+
+
+def test_the_pipeline_deployment_parameters_are_valid_pipeline_parameters():
+    from pathlib import Path
+
+    import yaml
+
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "deployments/prefect.yaml").read_text())
+    by_name = {d["name"]: d for d in spec["deployments"]}
+    p = PipelineParams.model_validate(by_name["pipeline"]["parameters"]["params"])
+    assert (p.name, p.dapo.iterations, p.rft.agent.engine) == ("demo", 2, "scripted")
