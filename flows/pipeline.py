@@ -184,7 +184,7 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
             return result
 
         done = stage("rft", rft_body)
-        policy = done["policy"]
+        policy = done["policy"] if done["trained"] else policy  # carried forward: keep its registry version
         evaluated = stage("eval-rft", lambda: eval_body("eval-rft", 1, policy))
         rows.append(_row("rft", 1, policy["policy_version"], {**done["metrics"], **evaluated["metrics"],
                                                               "train/trained": float(done["trained"])},
@@ -203,7 +203,7 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
             return result
 
         done = stage(f"iter-{k}", iter_body)
-        policy = done["policy"]
+        policy = done["policy"] if done["trained"] else policy  # carried forward: keep its registry version
         evaluated = stage(f"eval-iter-{k}", lambda step=step, k=k: eval_body(f"eval-iter-{k}", step, policy))
         rows.append(_row(f"iter-{k}", step, policy["policy_version"], {**done["metrics"], **evaluated["metrics"],
                                                                        "train/trained": float(done["trained"])},
