@@ -27,7 +27,7 @@ def evaluate(params: EvaluateParams = EvaluateParams(), parent_run_id: str | Non
              policy_version: str | None = None) -> dict[str, Any]:
     """Evaluate ``params.model`` on ``params.tasks``; record metrics in MLflow and a Prefect artifact.
 
-    Standalone (a UI run, the nightly schedule) it writes ``OUT/<label>-<UTC time>/``; in a
+    Standalone (a UI run, the nightly schedule) it writes ``OUT/<label>-<UTC time>-<flow run id>/``; in a
     pipeline it writes the stage's folder, logs into the stage's child run and returns what
     the pipeline tabulates.
     """
@@ -36,7 +36,11 @@ def evaluate(params: EvaluateParams = EvaluateParams(), parent_run_id: str | Non
     tasks, repos = task_inputs(params.tasks, params.repos)
     policy = tr.resolve_policy(params.tracking, params.model)
     label = stage or f"evaluate-{_label(params.model)}"
-    folder = out or params.out / f"{_label(params.model)}-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}"
+    from prefect.runtime import flow_run
+
+    # one folder (and MLflow run) per standalone evaluation, e.g. each night's
+    stamp = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-{str(flow_run.id or '')[:8]}".rstrip("-")
+    folder = out or params.out / f"{_label(params.model)}-{stamp}"
     run_id = tr.stage_run(params.tracking, parent_run_id, label, standalone_id=f"evaluate {folder.name}",
                           params={"model": params.model, "checkpoint": policy["path"], "runs": params.runs, "tasks": str(tasks)})
     from flows.rollout import rollout_stage

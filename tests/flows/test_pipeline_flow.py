@@ -217,3 +217,21 @@ def test_prefect_artifacts_hold_the_metric_table_progress_and_lineage(e2e, prefe
     assert float(progress.data) == 100.0
     lineage = asyncio.run(latest(f"lineage-{NAME}"))
     assert "MLflow parent run" in lineage.data
+
+
+def test_a_standalone_evaluation_of_the_champion_gets_a_run_of_its_own(e2e, mlflow_client, demo, task_slice, tmp_path):
+    from flows.evaluate import evaluate
+    from swerl.orchestration.params import AgentParams, EvaluateParams
+
+    params = e2e["params"]
+    name = params.tracking.registered_model
+    champion = mlflow_client.get_model_version_by_alias(name, "champion")
+    request = EvaluateParams(model="champion", tasks=task_slice, repos=demo.repos_dir, out=tmp_path, runs=1,
+                             agent=AgentParams(engine="hf", max_turns=2, max_new_tokens=16, concurrency=3), tracking=params.tracking)
+    first, second = evaluate(request), evaluate(request)
+    assert first["checkpoint"] == champion.tags["swerl.checkpoint_path"]
+    assert first["run_id"] != second["run_id"]  # a nightly evaluation never lands in yesterday's run
+    assert len(list(tmp_path.iterdir())) == 2
+    run = mlflow_client.get_run(first["run_id"])
+    assert "mlflow.parentRunId" not in run.data.tags
+    assert run.data.metrics["eval/tasks"] == 3.0 and run.data.metrics["eval/runs"] == 1.0
