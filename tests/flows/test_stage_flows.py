@@ -1,0 +1,63 @@
+"""The stage flows a user triggers on their own: build_images (cached by content), rollout
+(resumable), grade (chunked, one result per prediction), against the test Prefect API."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def test_build_images_validates_once_and_a_rerun_is_a_cache_hit(prefect_api, docker_ready, demo, task_slice, tmp_path):
+    from flows.build_images import build_images
+    from swerl.orchestration.params import BuildImagesParams
+
+    params = BuildImagesParams(tasks=task_slice, repos=demo.repos_dir, manifest=tmp_path / "images.json", validate_runs=1)
+    first = build_images(params, return_state=True)
+    assert first.is_completed()
+    out = first.result()
+    assert (out["ready"], out["validation"]["valid"], out["validation"]["total"]) == (3, 3, 3)
+    manifest = json.loads((tmp_path / "images.json").read_text())
+    assert sorted(manifest) == sorted(json.loads(line)["instance_id"] for line in task_slice.read_text().splitlines())
+    report_time = (tmp_path / "validation.json").stat().st_mtime_ns
+    again = build_images(params, return_state=True).result()
+    assert again == out
+    assert (tmp_path / "validation.json").stat().st_mtime_ns == report_time  # not validated again
+
+
+def test_rollout_flow_stores_graded_trajectories_and_resumes(prefect_api, docker_ready, demo, task_slice, tiny_model_dir,
+                                                             tmp_path):
+    from flows.rollout import rollout
+    from swerl.orchestration.params import AgentParams, RolloutParams, TrackingParams
+    from swerl.stages.rollout import stored_trajectories
+
+    params = RolloutParams(model=str(tiny_model_dir), tasks=task_slice, repos=demo.repos_dir, out=tmp_path / "roll", samples=2,
+                           agent=AgentParams(engine="scripted", max_turns=20, concurrency=3, chunk_size=2),
+                           tracking=TrackingParams(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    first = rollout(params)
+    assert (first["produced"], first["skipped"]) == (6, 0)  # two chunks: 2 tasks and 1 task, 2 samples each
+    stored = stored_trajectories(tmp_path / "roll" / "trajectories")
+    assert len(stored) == 6 and all(t.resolved for t in stored)
+    assert rollout(params)["produced"] == 0
+
+
+def test_grade_flow_writes_one_result_per_prediction(prefect_api, docker_ready, demo, demo_tasks, task_slice, tmp_path):
+    from flows.grade import grade
+    from swerl.orchestration.params import GradeParams
+
+    ids = [json.loads(line)["instance_id"] for line in task_slice.read_text().splitlines()]
+    preds = [{"instance_id": ids[0], "model_name_or_path": "gold", "model_patch": demo_tasks[ids[0]].patch},
+             {"instance_id": ids[1], "model_name_or_path": "empty", "model_patch": ""},
+             {"instance_id": "nobody__nothing-1", "model_name_or_path": "lost", "model_patch": "x"}]
+    path = tmp_path / "preds.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in preds) + "not json\n")
+    out = grade(GradeParams(predictions=path, tasks=task_slice, repos=demo.repos_dir, out=tmp_path / "results.jsonl",
+                            chunk_size=2))
+    assert (out["resolved"], out["total"]) == (1, 3)
+    results = {r["instance_id"]: r for r in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
+    assert results[ids[0]]["resolved"] is True and results[ids[0]]["failure_class"] is None
+    assert results[ids[1]]["failure_class"] == "no_patch"
+    assert results["nobody__nothing-1"]["failure_class"] == "infra_error"
+    assert not list(tmp_path.glob("results.part*"))
