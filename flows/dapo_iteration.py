@@ -47,7 +47,8 @@ def dapo_iteration(tasks: Path, policy_path: str, policy_version: str, iteration
                             device=t.device, gradient_checkpointing=t.gradient_checkpointing, keep_last=t.keep_last,
                             zero_stage=t.zero_stage, policy_version=policy_version, iteration=iteration, reward=dapo.reward,
                             advantage=dapo.advantage, eps_low=dapo.eps_low, eps_high=dapo.eps_high,
-                            rewards_file=dapo.rewards_file)
+                            rewards_file=dapo.rewards_file, drop_zero_advantage=dapo.drop_zero_advantage,
+                            loss_aggregation=dapo.loss_aggregation)
     outcome = train_dapo_task.with_options(timeout_seconds=t.timeout_s)(train_stage)
     new_version = f"dapo-{iteration}"
     if outcome["trained"]:

@@ -117,6 +117,8 @@ def dapo(
     limit_policy: str = typer.Option("keep", "--limit-policy", help="Runs that hit the turn/context/time limit: keep (the paper), mask or drop."),
     error_policy: str = typer.Option("drop", "--error-policy", help="Runs that ended in an infrastructure error or are ungraded: keep, mask or drop."),
     advantage: str = typer.Option("mean_std", "--advantage", help="mean_std (the paper), mean (Dr. GRPO) or leave_one_out (RLOO)."),
+    keep_zero_advantage: bool = typer.Option(False, "--keep-zero-advantage", help="Keep zero-advantage samples in the loss's normaliser (plain GRPO; DAPO drops them)."),
+    loss_aggregation: str = typer.Option("token", "--loss-aggregation", help="token (DAPO: over the batch's action tokens) or sequence (GRPO: mean per sequence)."),
     batch_size: int = typer.Option(128, "--batch-size", min=1, help="Sequences per optimiser step (the paper: 128, then 256)."),
     epochs: int = typer.Option(1, "--epochs", min=1, help="Passes over this iteration's rollouts (the paper: 1)."),
     lr: float = typer.Option(1e-6, "--lr", help="Learning rate (the paper: 1e-6)."),
@@ -135,6 +137,7 @@ def dapo(
     for name, value, allowed in (("--limit-policy", limit_policy, ("keep", "mask", "drop")),
                                  ("--error-policy", error_policy, ("keep", "mask", "drop")),
                                  ("--advantage", advantage, ("mean_std", "mean", "leave_one_out")),
+                                 ("--loss-aggregation", loss_aggregation, ("token", "sequence")),
                                  ("--backend", backend, ("torch", "deepspeed")),
                                  ("--lr-schedule", lr_schedule, ("constant", "cosine", "linear"))):
         if value not in allowed:
@@ -146,7 +149,8 @@ def dapo(
         _fail(f"invalid reward settings: {e}")
     _run_stage(train_dapo, _stage(
         DAPOStage, trajectories=trajectories, model=model, out=out, rewards_file=rewards, eps_low=eps_low, eps_high=eps_high,
-        reward=reward_cfg, advantage=advantage, batch_size=batch_size, epochs=epochs, lr=lr,
+        reward=reward_cfg, advantage=advantage, drop_zero_advantage=not keep_zero_advantage, loss_aggregation=loss_aggregation,
+        batch_size=batch_size, epochs=epochs, lr=lr,
         max_tokens_per_microbatch=max_tokens_per_microbatch, backend=backend, seed=seed, policy_version=policy_version,
         iteration=iteration, lr_schedule=lr_schedule, warmup_steps=warmup_steps, device=device,
         gradient_checkpointing=gradient_checkpointing, keep_last=keep_last, zero_stage=zero_stage))

@@ -90,6 +90,8 @@ class DAPOParams(BaseModel):
     eps_high: float = Field(0.3, ge=0, le=10, description="Upper clip (clip-higher): 1 + eps_high.")
     advantage: Literal["mean_std", "mean", "leave_one_out"] = Field("mean_std", description="Group baseline.")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Turn-length penalty, limit/error policies.")
+    drop_zero_advantage: bool = Field(True, description="Drop zero-advantage samples (DAPO); False: plain GRPO.")
+    loss_aggregation: Literal["token", "sequence"] = Field("token", description="token (DAPO) or sequence-mean (GRPO) loss.")
     rewards_file: Path | None = Field(None, description="External grader: JSONL {trajectory_id, reward} replacing computed "
                                       "rewards of the trajectories it names (ids are '<instance_id>/<sample_index>').")
     train: TrainParams = Field(default_factory=lambda: TrainParams(lr=1e-6, batch_size=128, lr_schedule="constant"),

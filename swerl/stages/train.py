@@ -58,6 +58,10 @@ class DAPOStage(TrainCommon):
     eps_low: float = Field(0.2, ge=0, le=1, description="Lower clip: 1 - eps_low.")
     eps_high: float = Field(0.3, ge=0, le=10, description="Upper clip (clip-higher): 1 + eps_high.")
     rewards_file: Path | None = Field(None, description="JSONL {trajectory_id, reward} replacing computed rewards.")
+    drop_zero_advantage: bool = Field(True, description="Drop samples whose advantage is 0 (DAPO's dynamic sampling); "
+                                      "False keeps them in the loss's normaliser (plain GRPO).")
+    loss_aggregation: Literal["token", "sequence"] = Field("token", description="token: over the batch's action tokens "
+                                                           "(DAPO); sequence: mean per sequence, then over sequences (GRPO).")
 
 
 class TrainOutcome(BaseModel):
@@ -150,7 +154,7 @@ def train_dapo(stage: DAPOStage, on_start: OnStart | None = None, on_step: OnSte
     found = _read(stage.trajectories, stage.policy_version, exact=True)
     try:
         overrides = data.read_reward_overrides(stage.rewards_file) if stage.rewards_file else None
-        d = data.dapo_data(found, stage.reward, stage.advantage, overrides)
+        d = data.dapo_data(found, stage.reward, stage.advantage, overrides, stage.drop_zero_advantage)
     except (OSError, data.DataError) as e:
         raise StageInputError(str(e)) from e
     a = d.advantages
@@ -166,9 +170,10 @@ def train_dapo(stage: DAPOStage, on_start: OnStart | None = None, on_step: OnSte
             f"nothing to train on among {a.n_total} trajectories: {a.n_zero_advantage} have zero advantage (every group's "
             f"rewards are equal), {a.n_excluded} are masked or dropped by the limit/error policies")
     config = trainer_config(stage, "dapo", stage.epochs * data.steps_per_epoch(len(d.rows), stage.batch_size),
-                            eps_low=stage.eps_low, eps_high=stage.eps_high)
+                            eps_low=stage.eps_low, eps_high=stage.eps_high, loss_aggregation=stage.loss_aggregation)
     spec = {"objective": "dapo", "reward": stage.reward.model_dump(mode="json"), "advantage": stage.advantage,
-            "eps_low": stage.eps_low, "eps_high": stage.eps_high}
+            "eps_low": stage.eps_low, "eps_high": stage.eps_high, "drop_zero_advantage": stage.drop_zero_advantage,
+            "loss_aggregation": stage.loss_aggregation}
     return _train(stage, d.rows, config, spec, d.summary(), on_start, on_step)
 
 
@@ -178,4 +183,4 @@ def dapo_data_summary(stage: DAPOStage) -> dict[str, float]:
 
     found = _read(stage.trajectories, stage.policy_version, exact=True)
     overrides = data.read_reward_overrides(stage.rewards_file) if stage.rewards_file else None
-    return data.dapo_data(found, stage.reward, stage.advantage, overrides).summary()
+    return data.dapo_data(found, stage.reward, stage.advantage, overrides, stage.drop_zero_advantage).summary()

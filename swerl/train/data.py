@@ -181,8 +181,12 @@ class DapoData:
 
 
 def dapo_data(trajectories: Sequence[Trajectory], reward_cfg: RewardConfig, mode: Mode = "mean_std",
-              overrides: Mapping[str, float] | None = None) -> DapoData:
-    """Rewards -> group advantages -> the rows with a nonzero advantage, in input order."""
+              overrides: Mapping[str, float] | None = None, drop_zero_advantage: bool = True) -> DapoData:
+    """Rewards -> group advantages -> the rows with a nonzero advantage, in input order.
+
+    ``drop_zero_advantage=False`` keeps zero-advantage samples (plain GRPO): they add no
+    gradient but count in the loss's normaliser, which shrinks every other sample's step.
+    """
     scored = score_trajectories(trajectories, reward_cfg)
     unmatched: list[str] = []
     if overrides:
@@ -190,7 +194,7 @@ def dapo_data(trajectories: Sequence[Trajectory], reward_cfg: RewardConfig, mode
         if len(unmatched) == len(overrides):
             raise DataError(f"none of the {len(overrides)} reward overrides names one of these {len(trajectories)} "
                             f"trajectories (e.g. {_examples(unmatched)}); ids look like '<instance_id>/<sample_index>'")
-    adv = batch_advantages(scored, mode=mode)
+    adv = batch_advantages(scored, mode=mode, min_abs=1e-6 if drop_zero_advantage else 0.0)
     rows, empty = [], 0
     for i in adv.kept:
         example = training_example(trajectories[i], mask_format_errors=False)

@@ -164,6 +164,19 @@ def test_dapo_trains_on_nonzero_advantages(stores, tiny_model_dir, tmp_path):
     assert state["config"]["objective"] == "dapo" and state["config"]["eps_high"] == 0.3
 
 
+def test_the_plain_grpo_baseline_keeps_every_sample_and_averages_per_sequence(stores, tiny_model_dir, tmp_path):
+    out = tmp_path / "grpo"
+    code, text = swerl("train", "dapo", "--trajectories", stores["run"], "--model", tiny_model_dir, "--out", out, *FAST,
+                       "--policy-version", "v1", "--keep-zero-advantage", "--loss-aggregation", "sequence", "--eps-high", "0.2")
+    assert code == 0, text
+    assert "kept 6/6 (100.0%): 0 zero-advantage" in text
+    assert all(m["kept_fraction"] == 1.0 for m in metrics(out))
+    state = json.loads((out / "step-000001" / "trainer_state" / "state.json").read_text())
+    assert (state["config"]["loss_aggregation"], state["config"]["eps_low"], state["config"]["eps_high"]) == ("sequence", 0.2, 0.2)
+    run = json.loads((out / "run.json").read_text())
+    assert (run["drop_zero_advantage"], run["loss_aggregation"]) == (False, "sequence")
+
+
 def test_dapo_reward_file_overrides_and_refusals(stores, tiny_model_dir, tmp_path):
     rewards = tmp_path / "rewards.jsonl"
     rewards.write_text('{"trajectory_id": "b/1", "reward": 0.0}\n')  # an external grader disagrees on b/1

@@ -63,6 +63,15 @@ def test_dapo_rows_carry_group_advantages_and_drop_zero_advantage_groups():
     assert adv == pytest.approx([a, -a], rel=1e-6)
 
 
+def test_plain_grpo_keeps_zero_advantage_samples_in_the_batch():
+    runs = [traj("a", 0), traj("a", 1, resolved=False, format_error_turn=1), traj("b", 0), traj("b", 1)]
+    d = data.dapo_data(runs, RewardConfig(), drop_zero_advantage=False)
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    assert [r.example.trajectory_id for r in d.rows] == ["a/0", "a/1", "b/0", "b/1"]
+    assert [r.advantage for r in d.rows] == pytest.approx([a, -a, 0.0, 0.0], abs=1e-12)
+    assert d.kept_fraction == 1.0 and d.advantages.n_zero_advantage == 0
+
+
 def test_dapo_length_penalty_and_limit_policy_reach_the_rows():
     long = traj("a", 1, reason=ExitReason.max_turns)
     long.num_turns = 25  # R = 1 + (10 - 25) / 30 = 0.5
