@@ -51,6 +51,18 @@ def prepare_inputs(params: PipelineParams) -> dict[str, Any]:
             "model": model, "reaped": len(reaped)}
 
 
+@task(name="plot-pass-at-1", cache_policy=NO_CACHE)
+def plot_curve(tracking, run_id: str, rows: list[dict[str, Any]], out: Path, title: str) -> str | None:
+    """Pass@1 per stage as a PNG in the run folder, logged to the parent MLflow run."""
+    from swerl.orchestration.plot import plot_pass_at_1
+    from tasks.common import tracker
+
+    path = plot_pass_at_1(rows, out, title)
+    if path is not None:
+        tracker(tracking).log_artifact(run_id, path, "plots")
+    return str(path) if path else None
+
+
 @task(name="keep-valid-tasks", cache_policy=NO_CACHE)
 def keep_valid_tasks(tasks: Path, invalid: list[str], out: Path) -> str:
     """The task file without the tasks validation rejected (one broken task does not stop the run)."""
@@ -210,8 +222,9 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
                          done["seconds"] + evaluated["seconds"]))
         table()
 
+    curve = plot_curve(params.tracking, parent_id, rows, run_dir / "pass_at_1.png", f"pipeline {params.name}")
     summary = {"name": params.name, "run_dir": str(run_dir), "mlflow_run_id": parent_id, "mlflow_url": parent["url"],
-               "final_policy": policy, "stages": rows}
+               "final_policy": policy, "stages": rows, "plot": curve}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     tr.finish_run(params.tracking, parent_id, summary=summary)
     for row in rows:

@@ -137,6 +137,9 @@ def test_mlflow_has_one_parent_and_one_child_run_per_stage_tied_to_prefect(e2e, 
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert sorted(r.data.tags["swerl.stage"] for r in children) == sorted(CHILD_RUNS)
     assert all(r.info.status == "FINISHED" for r in children)
+    # the curve of Pass@1 per stage, as a PNG in the run folder and on the parent run
+    assert Path(e2e["resumed"]["summary"]["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [a.path for a in mlflow_client.list_artifacts(parent.info.run_id, "plots")] == ["plots/pass_at_1.png"]
     # the last flow run that touched the parent is the second rerun
     assert parent.data.tags["prefect.flow_run_id"] == str(e2e["again"].state_details.flow_run_id)
     assert parent.data.tags["prefect.flow_name"] == "pipeline"
