@@ -24,7 +24,7 @@ from flows.rft import policy_ref, rft
 from swerl.orchestration.inputs import task_inputs, tiny_model
 from swerl.orchestration.ledger import Ledger
 from swerl.orchestration.metrics import prefixed
-from swerl.orchestration.params import EvaluateParams, PipelineParams
+from swerl.orchestration.params import EvaluateParams, PipelineParams, RFTParams
 from swerl.stages.images import ImagesStage
 from tasks import tracking as tr
 from tasks.images import build_images_task, validate_tasks_task
@@ -120,7 +120,8 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
                                       f"`{params.tracking.tracking_uri or 'default'}`); run folder `{run_dir}`; "
                                       f"stage ledger `{ledger.path}`")
 
-    plan = ["images"] + (["validate"] if params.validate_runs else []) + (["eval-start"] if params.eval.evaluate_start else [])
+    plan = ["images"] + (["validate"] if params.validate_runs else []) + (["warm-start"] if params.warm_start else [])
+    plan += ["eval-start"] if params.eval.evaluate_start else []
     plan += (["rft", "eval-rft"] if params.rft.enabled else [])
     for k in range(1, params.dapo.iterations + 1):
         plan += [f"iter-{k}", f"eval-iter-{k}"]
@@ -144,24 +145,46 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
         create_table_artifact(key=f"metrics-{params.name}".lower()[:60], table=rows,
                               description=f"Per-stage metrics of pipeline {params.name} (Pass@1 over {params.eval.runs} runs)")
 
+    # every task file the pipeline samples: training, held-out evaluation, warm-up
+    sets = {"train": tasks}
+    if eval_tasks != tasks:
+        sets["eval"] = eval_tasks
+    if params.warm_start is not None:
+        sets["warm"] = Path(params.warm_start.tasks)
+    contexts = {"train": "training", "eval": "evaluation", "warm": "warm-up"}
+
     def images_body() -> dict[str, Any]:
-        result = build_images_task(ImagesStage(tasks=tasks, repos=repos, ca_certs=params.ca_certs, concurrency=params.agent.concurrency,
-                                               manifest=run_dir / "images.json"))
-        tr.log_lineage(params.tracking, parent_id, tasks=tasks, manifest=result.manifest)
-        if eval_tasks != tasks:
-            tr.log_lineage(params.tracking, parent_id, tasks=eval_tasks, tasks_name="eval-tasks", tasks_context="evaluation")
-        return {"manifest": str(result.manifest), "ready": result.ready, "cached": result.cached}
+        out = {}
+        for key, path in sets.items():
+            result = build_images_task(ImagesStage(tasks=path, repos=repos, ca_certs=params.ca_certs,
+                                                   concurrency=params.agent.concurrency,
+                                                   manifest=run_dir / ("images.json" if key == "train" else f"images-{key}.json")))
+            tr.log_lineage(params.tracking, parent_id, tasks=path, tasks_name="tasks" if key == "train" else f"{key}-tasks",
+                           tasks_context=contexts[key], manifest=result.manifest if key == "train" else None)
+            out[key] = {"manifest": str(result.manifest), "ready": result.ready, "cached": result.cached}
+        return out
 
     images = stage("images", images_body)
     if params.validate_runs:
         def validate_body() -> dict[str, Any]:
-            report = validate_tasks_task(tasks, Path(images["manifest"]), params.validate_runs, run_dir / "validation.json",
-                                         params.agent.concurrency)
-            tr.log_metrics(params.tracking, parent_id, {"tasks/valid": float(report["valid"]), "tasks/total": float(report["total"])})
-            kept = keep_valid_tasks(tasks, report["invalid"], run_dir / "tasks.valid.jsonl") if report["invalid"] else str(tasks)
-            return {**report, "tasks": kept}
+            out = {}
+            for key, path in sets.items():
+                suffix = "" if key == "train" else f"-{key}"
+                report = validate_tasks_task(path, Path(images[key]["manifest"]), params.validate_runs,
+                                             run_dir / f"validation{suffix}.json", params.agent.concurrency)
+                tr.log_metrics(params.tracking, parent_id, {f"tasks{suffix}/valid": float(report["valid"]),
+                                                            f"tasks{suffix}/total": float(report["total"])})
+                kept = (keep_valid_tasks(path, report["invalid"], run_dir / f"tasks{suffix}.valid.jsonl")
+                        if report["invalid"] else str(path))
+                out[key] = {**report, "tasks": kept}
+            return out
 
-        tasks = Path(stage("validate", validate_body)["tasks"])
+        valid = stage("validate", validate_body)
+        tasks = Path(valid["train"]["tasks"])
+        eval_tasks = Path(valid["eval"]["tasks"]) if "eval" in valid else tasks
+        warm_tasks = Path(valid["warm"]["tasks"]) if "warm" in valid else None
+    else:
+        warm_tasks = sets.get("warm")
 
     policy = policy_ref(inputs["model"], "0")
 
@@ -181,8 +204,22 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
         return {"metrics": prefixed("eval", result["metrics"]), "run_id": result["run_id"], "promoted": result["promoted"],
                 "policy": pol}
 
+    if params.warm_start is not None:
+        warm = params.warm_start
+
+        def warm_body() -> dict[str, Any]:
+            return rft(tasks=warm_tasks, model=policy["path"], out=run_dir / "warm-start", repos=repos,
+                       policy_version=policy["policy_version"], rft=RFTParams(samples=warm.samples, agent=warm.agent, train=warm.train),
+                       agent=params.agent, seed=params.seed, tracking=params.tracking, parent_run_id=parent_id, step=0,
+                       container_label=label, stage="warm-start")
+
+        done = stage("warm-start", warm_body)
+        if not done["trained"]:
+            raise RuntimeError(f"the warm start trained nothing: {done['reason']}")
+        policy = done["policy"]
+
     if params.eval.evaluate_start:
-        policy = stage("start-policy", start_policy)
+        policy = stage("start-policy", start_policy) if params.warm_start is None else policy
         done = stage("eval-start", lambda: eval_body("eval-start", 0, policy))
         rows.append(_row("start", 0, policy["policy_version"], done["metrics"], done["seconds"]))
         table()

@@ -26,17 +26,21 @@ def policy_ref(path: str, version: str, registered: dict[str, str] | None = None
 def rft(tasks: Path, model: str, out: Path, repos: Path | None = None, policy_version: str = "0",
         rft: RFTParams = RFTParams(), agent: AgentParams = AgentParams(), seed: int = 0,
         tracking: TrackingParams = TrackingParams(), parent_run_id: str | None = None, step: int = 1,
-        container_label: str | None = None) -> dict[str, Any]:
-    """Rollouts of ``model`` on ``tasks`` -> resolved runs -> SFT on their replies -> a registered `candidate`."""
+        container_label: str | None = None, stage: str = "rft") -> dict[str, Any]:
+    """Rollouts of ``model`` on ``tasks`` -> resolved runs -> SFT on their replies -> a registered `candidate`.
+
+    ``stage`` names the MLflow run and the new policy version: ``rft``, or ``warm-start``
+    for supervised warm-up on demonstrations before the measured curve begins.
+    """
     sampler = rft.agent or agent
-    run_id = tr.stage_run(tracking, parent_run_id, "rft", params={"samples": rft.samples, "engine": sampler.engine,
+    run_id = tr.stage_run(tracking, parent_run_id, stage, params={"samples": rft.samples, "engine": sampler.engine,
                                                                  "lr": rft.train.lr, "epochs": rft.train.epochs})
-    stage = rollout_stage(tasks=tasks, repos=repos, model=model, out=out / "rollout", samples=rft.samples, seed=seed,
-                          policy_version=policy_version, agent=sampler, container_label=container_label)
-    rolled = run_chunks(stage, sampler.chunk_size, sampler.timeout_s)
+    sampling = rollout_stage(tasks=tasks, repos=repos, model=model, out=out / "rollout", samples=rft.samples, seed=seed,
+                             policy_version=policy_version, agent=sampler, container_label=container_label)
+    rolled = run_chunks(sampling, sampler.chunk_size, sampler.timeout_s)
     trajectories = stored_trajectories(Path(rolled["store"]))
     metrics = prefixed("rollout", rollout_metrics(trajectories, wall_s=rolled["wall_s"]))
-    tr.log_lineage(tracking, run_id, tasks=tasks, trajectories=Path(rolled["store"]), trajectories_name="rft-trajectories",
+    tr.log_lineage(tracking, run_id, tasks=tasks, trajectories=Path(rolled["store"]), trajectories_name=f"{stage}-trajectories",
                    count=len(trajectories))
     t = rft.train
     train_stage = RFTStage(trajectories=[Path(rolled["store"])], model=model, out=out / "train", epochs=t.epochs,
@@ -49,11 +53,11 @@ def rft(tasks: Path, model: str, out: Path, repos: Path | None = None, policy_ve
     outcome = train_rft_task.with_options(timeout_seconds=t.timeout_s)(train_stage)
     if outcome["trained"]:
         metrics.update(prefixed("train", train_metrics(outcome["step_metrics"])))
-        registered = tr.register_checkpoint(tracking, run_id, Path(outcome["final"]), name="rft", policy_version="rft",
+        registered = tr.register_checkpoint(tracking, run_id, Path(outcome["final"]), name=stage, policy_version=stage,
                                             step=step, metrics={k: v for k, v in metrics.items() if k.startswith("train/")})
-        policy = policy_ref(outcome["final"], "rft", registered)
+        policy = policy_ref(outcome["final"], stage, registered)
     else:
-        print(f"RFT trained nothing, the policy carries forward: {outcome['reason']}")
+        print(f"{stage} trained nothing, the policy carries forward: {outcome['reason']}")
         policy = policy_ref(model, policy_version)
     metrics["train/trained"] = 1.0 if outcome["trained"] else 0.0
     tr.log_metrics(tracking, run_id, metrics, step=step)

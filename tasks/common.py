@@ -35,6 +35,21 @@ def retry_on_infrastructure(task: Any, task_run: Any, state: Any) -> bool:
     return False
 
 
+def retry_on_tracking_failure(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry MLflow calls that failed on the way (server down, database busy), not ones MLflow
+    refused (a bad name or value fails the same way every time)."""
+    try:
+        state.result()
+    except Exception as exc:  # noqa: BLE001 - the state's own exception, classified below
+        from mlflow.exceptions import MlflowException
+
+        if isinstance(exc, MlflowException):
+            return exc.error_code not in ("INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST",
+                                          "BAD_REQUEST", "INVALID_STATE")
+        return not isinstance(exc, (StageInputError, ValueError, LookupError, TypeError, KeyError))
+    return False
+
+
 def tracker(tracking: Any):
     """A ``Tracker`` for flow parameters' ``TrackingParams`` (None fields take the defaults)."""
     from swerl.tracking import Tracker, TrackingConfig

@@ -10,9 +10,9 @@ from prefect.cache_policies import NO_CACHE
 
 from swerl.orchestration import recording
 from swerl.orchestration.params import TrackingParams
-from tasks.common import tracker
+from tasks.common import retry_on_tracking_failure, tracker
 
-_RETRY = dict(retries=3, retry_delay_seconds=5, cache_policy=NO_CACHE)
+_RETRY = dict(retries=3, retry_delay_seconds=5, retry_condition_fn=retry_on_tracking_failure, cache_policy=NO_CACHE)
 
 
 def prefect_tags() -> dict[str, str]:

@@ -79,6 +79,19 @@ class RFTParams(BaseModel):
     train: TrainParams = Field(default_factory=lambda: TrainParams(lr=5e-6, warmup_steps=10), description="Optimiser.")
 
 
+class WarmStartParams(BaseModel):
+    """Supervised warm-up on demonstrations (scripted gold-patch replays) of a separate task set,
+    before the measured curve starts: it turns a random policy into a weak one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: Path = Field(description="Warm-up task file (disjoint from training and held-out tasks).")
+    samples: int = Field(1, ge=1, le=1024, description="Demonstrations per task.")
+    agent: AgentParams = Field(default_factory=lambda: AgentParams(engine="scripted"), description="The demonstrator.")
+    train: TrainParams = Field(default_factory=lambda: TrainParams(lr=1e-3, epochs=4, lr_schedule="constant"),
+                               description="Optimiser; the epoch count is the early stop.")
+
+
 class DAPOParams(BaseModel):
     """The RL iterations: G samples per task, rewards, group advantages, clipped update."""
 
@@ -122,6 +135,8 @@ class PipelineParams(BaseModel):
     ca_certs: list[Path] | None = Field(None, description="Extra CA certificates (PEM) for image builds.")
     model: str | None = Field(None, description="Starting policy folder or hub name (default: the tiny model, created).")
     validate_runs: int = Field(1, ge=0, le=100, description="Gold-patch runs per task when validating the task set (0: skip).")
+    warm_start: WarmStartParams | None = Field(None, description="Supervised warm-up of the starting model before the "
+                                               "start's evaluation (None: start from the model as it is).")
     seed: int = Field(0, ge=0, description="Base seed of sampling and training.")
     agent: AgentParams = Field(default_factory=AgentParams, description="Rollout engine and limits.")
     rft: RFTParams = Field(default_factory=RFTParams)

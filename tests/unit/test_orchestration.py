@@ -170,3 +170,19 @@ def test_the_pipeline_deployment_parameters_are_valid_pipeline_parameters():
     by_name = {d["name"]: d for d in spec["deployments"]}
     p = PipelineParams.model_validate(by_name["pipeline"]["parameters"]["params"])
     assert (p.name, p.dapo.iterations, p.rft.agent.engine) == ("demo", 2, "scripted")
+
+
+def test_tracking_tasks_retry_a_failed_call_but_not_a_refused_one():
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INTERNAL_ERROR, INVALID_PARAMETER_VALUE
+    from prefect.states import Failed
+
+    from tasks.common import retry_on_tracking_failure
+
+    def retried(exc: BaseException) -> bool:
+        return retry_on_tracking_failure(None, None, Failed(data=exc))
+
+    assert retried(MlflowException("API request failed", error_code=INTERNAL_ERROR))
+    assert retried(ConnectionRefusedError("mlflow server down"))
+    assert not retried(MlflowException("'name' exceeds the maximum length", error_code=INVALID_PARAMETER_VALUE))
+    assert not retried(LookupError("alias 'champion' is not set"))
