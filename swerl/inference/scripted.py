@@ -70,10 +70,12 @@ class ScriptedEngine:
         pass
 
 
-def script_from_patch(patch: str, *, explore: bool = True) -> list[str]:
+def script_from_patch(patch: str, *, explore: bool = True, minimal: bool = True) -> list[str]:
     """Replies that apply ``patch`` through the agent's tools (open / edit / create), then submit.
 
-    Hunks are applied bottom-up within each file, so earlier line numbers stay valid.
+    Hunks are applied bottom-up within each file, so earlier line numbers stay valid. With
+    ``minimal`` an edit covers only the changed lines (the diff's context lines are left
+    alone), the smallest demonstration of the fix.
     """
     replies = ["Let me look at the repository first.\n```\nls\n```"] if explore else []
     for section in split_diff(patch):
@@ -85,24 +87,34 @@ def script_from_patch(patch: str, *, explore: bool = True) -> list[str]:
             replies.append(f"I need a new file.\n```\ncreate {section.new_path}\n```")
         else:
             replies.append(f"Let me open the file to fix.\n```\nopen {section.new_path}\n```")
-        for old_start, old_len, new_lines in sorted(hunks, key=lambda h: -h[0]):
-            start = old_start if old_len else old_start + 1  # an insertion-only hunk anchors *after* old_start
-            end = start + old_len - 1
-            body = "".join(new_lines)
+        for old_start, old_len, lines in sorted(hunks, key=lambda h: -h[0]):
+            lead = trail = 0
+            if minimal and section.old_path is not None:
+                while lead < len(lines) and lines[lead][0] == " ":
+                    lead += 1
+                while trail < len(lines) - lead and lines[len(lines) - 1 - trail][0] == " ":
+                    trail += 1
+            if lead or trail:
+                start, old_len = old_start + lead, old_len - lead - trail
+            else:
+                start = old_start if old_len else old_start + 1  # an insertion-only hunk anchors *after* old_start
+            end = start + old_len - 1  # END = START-1 inserts before START
+            body = "".join(text for kind, text in lines[lead:len(lines) - trail] if kind in " +")
             replies.append(f"Applying the change at line {start}.\n```\nedit {start}:{end} <<'SWERL_EOF'\n{body}SWERL_EOF\n```")
     replies.append("The fix is in place.\n```\nsubmit\n```")
     return replies
 
 
-def _hunks(section: str) -> list[tuple[int, int, list[str]]]:
-    """(old_start, old_len, new-side lines with newlines) for each hunk of one file's diff."""
-    hunks: list[tuple[int, int, list[str]]] = []
-    current: list[str] | None = None
+def _hunks(section: str) -> list[tuple[int, int, list[tuple[str, str]]]]:
+    """(old_start, old_len, [(kind, text with newline)]) for each hunk of one file's diff;
+    kind is ' ' (context), '-' (removed) or '+' (added)."""
+    hunks: list[tuple[int, int, list[tuple[str, str]]]] = []
+    current: list[tuple[str, str]] | None = None
     for line in section.splitlines(keepends=True):
         m = _HUNK.match(line)
         if m:
             current = []
             hunks.append((int(m.group(1)), int(m.group(2) or 1), current))
-        elif current is not None and line[:1] in (" ", "+"):
-            current.append(line[1:] if line.endswith("\n") else line[1:] + "\n")
+        elif current is not None and line[:1] in (" ", "+", "-"):
+            current.append((line[0], line[1:] if line.endswith("\n") else line[1:] + "\n"))
     return hunks
