@@ -21,7 +21,7 @@ from flows._hooks import HOOKS, container_label
 from flows.dapo_iteration import dapo_iteration
 from flows.evaluate import evaluate
 from flows.rft import policy_ref, rft
-from swerl.orchestration.inputs import task_inputs, tiny_model
+from swerl.orchestration.inputs import curriculum_inputs, task_inputs, tiny_model
 from swerl.orchestration.ledger import Ledger
 from swerl.orchestration.metrics import prefixed
 from swerl.orchestration.params import EvaluateParams, PipelineParams, RFTParams
@@ -40,15 +40,23 @@ def prepare_inputs(params: PipelineParams) -> dict[str, Any]:
 
     run_dir = params.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    tasks, repos = task_inputs(params.tasks, params.repos, demo_dir=run_dir / "demo")
-    model = params.model or str(tiny_model(run_dir / "start-model"))
+    warm = None
+    if params.curriculum is not None:
+        generated = curriculum_inputs(run_dir / "curriculum", params.curriculum)
+        tasks, repos, eval_tasks, warm = generated["train"], generated["repos"], generated["heldout"], generated["warmup"]
+    else:
+        tasks, repos = task_inputs(params.tasks, params.repos, demo_dir=run_dir / "demo")
+        eval_tasks = params.eval_tasks or tasks
+    if params.warm_start is not None and params.warm_start.tasks is not None:
+        warm = params.warm_start.tasks
+    model = params.model or str(tiny_model(run_dir / "start-model", params.tiny_model))
     # sandboxes whose owner died (a killed earlier attempt) go before new ones start
     reaped = reap_containers()
     history = run_dir / "params.jsonl"
     with history.open("a", encoding="utf-8") as f:
         f.write(json.dumps({"time": time.time(), "params": params.model_dump(mode="json")}) + "\n")
-    return {"tasks": str(tasks), "eval_tasks": str(params.eval_tasks or tasks), "repos": str(repos) if repos else None,
-            "model": model, "reaped": len(reaped)}
+    return {"tasks": str(tasks), "eval_tasks": str(eval_tasks), "repos": str(repos) if repos else None,
+            "warm_tasks": str(warm) if warm else None, "model": model, "reaped": len(reaped)}
 
 
 @task(name="plot-pass-at-1", cache_policy=NO_CACHE)
@@ -150,7 +158,7 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
     if eval_tasks != tasks:
         sets["eval"] = eval_tasks
     if params.warm_start is not None:
-        sets["warm"] = Path(params.warm_start.tasks)
+        sets["warm"] = Path(inputs["warm_tasks"])
     contexts = {"train": "training", "eval": "evaluation", "warm": "warm-up"}
 
     def images_body() -> dict[str, Any]:

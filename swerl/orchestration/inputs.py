@@ -24,10 +24,20 @@ def task_inputs(tasks: Path | None, repos: Path | None, demo_dir: Path = DEFAULT
     return Path(tasks), repos
 
 
-def tiny_model(folder: Path) -> Path:
-    """The tiny default policy in ``folder`` (created once; deterministic)."""
+def tiny_model(folder: Path, config=None) -> Path:
+    """The tiny policy in ``folder`` (created once; deterministic given ``config``)."""
     from swerl.models.tiny import TinyModelConfig, init_tiny
 
     if not (folder / "config.json").is_file():
-        init_tiny(folder, TinyModelConfig(), overwrite=True)
+        init_tiny(folder, config or TinyModelConfig(), overwrite=True)
     return folder
+
+
+def curriculum_inputs(folder: Path, config) -> dict[str, Path]:
+    """Generate the curriculum into ``folder`` once; its split files and repository mirror."""
+    from swerl.curriculum.generate import generate_curriculum
+
+    if not (folder / "curriculum.json").is_file():
+        generate_curriculum(folder, config)
+    return {"train": folder / "train.jsonl", "heldout": folder / "heldout.jsonl", "warmup": folder / "warmup.jsonl",
+            "repos": folder / "repos"}

@@ -10,8 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from swerl.curriculum.config import CurriculumConfig
+from swerl.models.tiny import TinyModelConfig
 from swerl.rl.rewards import RewardConfig
 
 EngineKind = Literal["hf", "vllm", "openai", "scripted"]
@@ -85,7 +87,8 @@ class WarmStartParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tasks: Path = Field(description="Warm-up task file (disjoint from training and held-out tasks).")
+    tasks: Path | None = Field(None, description="Warm-up task file, disjoint from training and held-out tasks "
+                               "(None: the generated curriculum's warm-up split).")
     samples: int = Field(1, ge=1, le=1024, description="Demonstrations per task.")
     agent: AgentParams = Field(default_factory=lambda: AgentParams(engine="scripted"), description="The demonstrator.")
     train: TrainParams = Field(default_factory=lambda: TrainParams(lr=1e-3, epochs=4, lr_schedule="constant"),
@@ -134,6 +137,10 @@ class PipelineParams(BaseModel):
     repos: Path | None = Field(None, description="Repository mirror folder (default: the demo's).")
     ca_certs: list[Path] | None = Field(None, description="Extra CA certificates (PEM) for image builds.")
     model: str | None = Field(None, description="Starting policy folder or hub name (default: the tiny model, created).")
+    tiny_model: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Size and seed of the tiny model "
+                                        "created when `model` is not given.")
+    curriculum: CurriculumConfig | None = Field(None, description="Generate the tasks (swerl.curriculum): train, held-out "
+                                                "(evaluation) and warm-up splits; `tasks`/`eval_tasks` must then be unset.")
     validate_runs: int = Field(1, ge=0, le=100, description="Gold-patch runs per task when validating the task set (0: skip).")
     warm_start: WarmStartParams | None = Field(None, description="Supervised warm-up of the starting model before the "
                                                "start's evaluation (None: start from the model as it is).")
@@ -147,6 +154,14 @@ class PipelineParams(BaseModel):
     @property
     def run_dir(self) -> Path:
         return self.run_root / self.name
+
+    @model_validator(mode="after")
+    def _task_sources(self) -> "PipelineParams":
+        if self.curriculum is not None and (self.tasks is not None or self.eval_tasks is not None):
+            raise ValueError("give either curriculum or tasks/eval_tasks, not both")
+        if self.warm_start is not None and self.warm_start.tasks is None and self.curriculum is None:
+            raise ValueError("warm_start.tasks is required unless a curriculum provides the warm-up split")
+        return self
 
 
 class EvaluateParams(BaseModel):

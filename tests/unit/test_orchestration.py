@@ -186,3 +186,12 @@ def test_tracking_tasks_retry_a_failed_call_but_not_a_refused_one():
     assert retried(ConnectionRefusedError("mlflow server down"))
     assert not retried(MlflowException("'name' exceeds the maximum length", error_code=INVALID_PARAMETER_VALUE))
     assert not retried(LookupError("alias 'champion' is not set"))
+
+
+def test_a_curriculum_replaces_the_task_files_and_feeds_the_warm_start():
+    p = PipelineParams(curriculum={"seed": 3, "warmup": 10, "train": 10, "heldout": 10}, warm_start={})
+    assert (p.curriculum.seed, p.warm_start.tasks, p.warm_start.agent.engine) == (3, None, "scripted")
+    with pytest.raises(ValidationError, match="either curriculum or tasks"):
+        PipelineParams(curriculum={}, tasks="t.jsonl")
+    with pytest.raises(ValidationError, match="warm_start.tasks is required"):
+        PipelineParams(warm_start={})
