@@ -33,7 +33,14 @@ def run(
     name: Optional[str] = typer.Option(None, "--name", help="Pipeline name (run folder, MLflow parent run); a rerun resumes it."),
 ) -> None:
     """Run the pipeline flow here; with PREFECT_API_URL set it reports to that server, else to an ephemeral one."""
+    import os
+
     import yaml
+
+    # offline unless told otherwise: no telemetry from the client or an ephemeral server
+    for key, value in {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                       "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90", "MLFLOW_DISABLE_TELEMETRY": "true"}.items():
+        os.environ.setdefault(key, value)
     from pydantic import ValidationError
 
     from swerl.orchestration.params import PipelineParams
