@@ -43,6 +43,7 @@ class AgentParams(BaseModel):
     max_new_tokens: int = Field(1024, ge=1, le=131072, description="Tokens per reply at most.")
     command_timeout_s: float = Field(60.0, ge=1, le=86400, description="Seconds per sandbox command.")
     deadline_s: float = Field(1800.0, ge=1, le=86400, description="Wall-clock seconds per trajectory.")
+    prompt_dir: Path | None = Field(None, description="Folder overriding the agent's prompt templates (<name>.j2).")
     chunk_size: int | None = Field(None, ge=1, description="Tasks per rollout task run (None: one chunk); chunks run in parallel on a distributed task runner.")
     timeout_s: float = Field(6 * 3600, ge=60, description="Prefect timeout of one rollout chunk.")
 
