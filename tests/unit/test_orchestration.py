@@ -195,3 +195,13 @@ def test_a_curriculum_replaces_the_task_files_and_feeds_the_warm_start():
         PipelineParams(curriculum={}, tasks="t.jsonl")
     with pytest.raises(ValidationError, match="warm_start.tasks is required"):
         PipelineParams(warm_start={})
+
+
+def test_the_learning_run_parameters_are_valid_pipeline_parameters():
+    from pathlib import Path
+
+    import yaml
+
+    p = PipelineParams.model_validate(yaml.safe_load((Path(__file__).resolve().parents[2] / "deployments/learning.yaml").read_text()))
+    assert p.curriculum is not None and p.warm_start is not None and p.warm_start.tasks is None
+    assert (p.eval.runs, p.dapo.iterations) == (4, 2)
