@@ -20,6 +20,17 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _api(method: str, url: str, **kw) -> httpx.Response:
+    """One API call, retried on 502/503/504 as Prefect's own client does: a server busy with
+    its SQLite database answers 503 for a moment under load."""
+    for attempt in range(8):
+        response = httpx.request(method, url, timeout=30, **kw)
+        if response.status_code not in (502, 503, 504):
+            return response
+        time.sleep(0.5 * 2 ** min(attempt, 4))
+    return response
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -43,7 +54,7 @@ def deployed(stack):
     subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml"],
                    cwd=ROOT, env={**os.environ, **stack}, check=True, capture_output=True, text=True, timeout=300)
     api = stack["PREFECT_API_URL"]
-    found = httpx.post(f"{api}/deployments/filter", json={}, timeout=30).json()
+    found = _api("POST", f"{api}/deployments/filter", json={}).json()
     return {d["name"]: d for d in found}
 
 
@@ -71,13 +82,13 @@ def test_a_run_request_with_parameters_completes_on_the_worker(stack, deployed, 
                          "out": str(tmp_path / "evals"), "runs": 1,
                          "agent": {"engine": "hf", "max_turns": 2, "max_new_tokens": 16, "concurrency": 3}}}
     # what the UI's "Custom run" sends
-    run = httpx.post(f"{api}/deployments/{deployed['evaluate']['id']}/create_flow_run",
-                     json={"parameters": params, "state": {"type": "SCHEDULED"}}, timeout=30)
+    run = _api("POST", f"{api}/deployments/{deployed['evaluate']['id']}/create_flow_run",
+               json={"parameters": params, "state": {"type": "SCHEDULED"}})
     assert run.status_code == 201, run.text
     run_id = run.json()["id"]
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        state = httpx.get(f"{api}/flow_runs/{run_id}", timeout=30).json()["state"]
+        state = _api("GET", f"{api}/flow_runs/{run_id}").json()["state"]
         if state["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
             break
         time.sleep(2)
@@ -117,23 +128,23 @@ def test_cancelling_a_pipeline_run_removes_its_sandboxes_and_processes(stack, de
     params = {"params": {"name": name, "run_root": str(tmp_path / "runs"), "tasks": str(task_slice), "repos": str(demo.repos_dir),
                          "validate_runs": 0, "eval": {"runs": 4},
                          "agent": {"engine": "hf", "max_turns": 40, "max_new_tokens": 64, "concurrency": 3}}}
-    run = httpx.post(f"{api}/deployments/{deployed['pipeline']['id']}/create_flow_run",
-                     json={"parameters": params, "state": {"type": "SCHEDULED"}}, timeout=30)
+    run = _api("POST", f"{api}/deployments/{deployed['pipeline']['id']}/create_flow_run",
+               json={"parameters": params, "state": {"type": "SCHEDULED"}})
     assert run.status_code == 201, run.text
     run_id = run.json()["id"]
     label = container_label(name)
     deadline = time.monotonic() + 600
     while not running_containers(label) and time.monotonic() < deadline:
-        state = httpx.get(f"{api}/flow_runs/{run_id}", timeout=30).json()["state"]
+        state = _api("GET", f"{api}/flow_runs/{run_id}").json()["state"]
         assert state["type"] in ("SCHEDULED", "PENDING", "RUNNING"), state
         time.sleep(1)
     assert running_containers(label), "the pipeline never started a sandbox"
     assert _processes_of(run_id)
-    cancel = httpx.post(f"{api}/flow_runs/{run_id}/set_state", json={"state": {"type": "CANCELLING"}, "force": True}, timeout=30)
+    cancel = _api("POST", f"{api}/flow_runs/{run_id}/set_state", json={"state": {"type": "CANCELLING"}, "force": True})
     assert cancel.status_code in (200, 201), cancel.text
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        state = httpx.get(f"{api}/flow_runs/{run_id}", timeout=30).json()["state"]
+        state = _api("GET", f"{api}/flow_runs/{run_id}").json()["state"]
         if state["type"] == "CANCELLED" and not running_containers(label) and not _processes_of(run_id):
             break
         time.sleep(1)
