@@ -41,11 +41,8 @@ def dapo_iteration(tasks: Path, policy_path: str, policy_version: str, iteration
     tr.log_lineage(tracking, run_id, tasks=tasks, trajectories=Path(rolled["store"]), trajectories_name=f"{name}-trajectories",
                    count=len(trajectories))
     t = dapo.train
-    train_stage = DAPOStage(trajectories=[Path(rolled["store"])], model=policy_path, out=out / "train", epochs=t.epochs,
-                            batch_size=t.batch_size, lr=t.lr, lr_schedule=t.lr_schedule, warmup_steps=t.warmup_steps,
-                            max_tokens_per_microbatch=t.max_tokens_per_microbatch, backend=t.backend, seed=it_seed,
-                            device=t.device, gradient_checkpointing=t.gradient_checkpointing, keep_last=t.keep_last,
-                            zero_stage=t.zero_stage, policy_version=policy_version, iteration=iteration, reward=dapo.reward,
+    train_stage = DAPOStage(trajectories=[Path(rolled["store"])], model=policy_path, out=out / "train", seed=it_seed,
+                            **t.stage_fields(), policy_version=policy_version, iteration=iteration, reward=dapo.reward,
                             advantage=dapo.advantage, eps_low=dapo.eps_low, eps_high=dapo.eps_high,
                             rewards_file=dapo.rewards_file, drop_zero_advantage=dapo.drop_zero_advantage,
                             loss_aggregation=dapo.loss_aggregation)

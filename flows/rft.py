@@ -43,11 +43,8 @@ def rft(tasks: Path, model: str, out: Path, repos: Path | None = None, policy_ve
     tr.log_lineage(tracking, run_id, tasks=tasks, trajectories=Path(rolled["store"]), trajectories_name=f"{stage}-trajectories",
                    count=len(trajectories))
     t = rft.train
-    train_stage = RFTStage(trajectories=[Path(rolled["store"])], model=model, out=out / "train", epochs=t.epochs,
-                           batch_size=t.batch_size, lr=t.lr, lr_schedule=t.lr_schedule, warmup_steps=t.warmup_steps,
-                           max_tokens_per_microbatch=t.max_tokens_per_microbatch, backend=t.backend, seed=seed,
-                           device=t.device, gradient_checkpointing=t.gradient_checkpointing, keep_last=t.keep_last,
-                           zero_stage=t.zero_stage, require_submitted=rft.require_submitted, max_per_task=rft.max_per_task)
+    train_stage = RFTStage(trajectories=[Path(rolled["store"])], model=model, out=out / "train", seed=seed, **t.stage_fields(),
+                           require_submitted=rft.require_submitted, max_per_task=rft.max_per_task)
     selected = select_rft_data(train_stage)
     metrics.update({"rft/kept": float(selected["kept"]), "rft/tasks_kept": float(selected["tasks_kept"])})
     outcome = train_rft_task.with_options(timeout_seconds=t.timeout_s)(train_stage)

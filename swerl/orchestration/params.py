@@ -66,6 +66,10 @@ class TrainParams(BaseModel):
     keep_last: int = Field(0, ge=0, description="Keep only the newest N step checkpoints (0: all).")
     timeout_s: float = Field(24 * 3600, ge=60, description="Prefect timeout of the training task.")
 
+    def stage_fields(self) -> dict:
+        """The fields a training stage config (``swerl.stages.train.TrainCommon``) shares with these."""
+        return self.model_dump(exclude={"timeout_s"})
+
 
 class RFTParams(BaseModel):
     """Rejection fine-tuning: sample, keep the resolved runs, fine-tune on them."""
