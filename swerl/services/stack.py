@@ -89,6 +89,12 @@ def _start(config: ServicesConfig, spec: ServiceSpec) -> _Running:
 def _check_alive(config: ServicesConfig, running: _Running) -> None:
     exited = running.proc.poll() if running.proc is not None else None
     if exited is not None or not processes.is_running(running.record.pid):
+        if exited is None and running.proc is not None:
+            # It can die between poll() and the /proc check; reap it so the report carries its code.
+            try:
+                exited = running.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                exited = None
         log = _log(config, running.spec.name)
         code = f" with code {exited}" if exited is not None else ""
         raise ServicesError(
