@@ -14,6 +14,7 @@ FILE_TOOLS = ("open", "goto", "scroll_up", "scroll_down", "create", "edit", "rep
 def install_tools(sandbox: Sandbox) -> None:
     """Install the file tools; ``submit`` is handled by the agent loop, not in the sandbox."""
     script = resources.files("swerl.agent").joinpath("resources/swerl_tools.py").read_bytes()
-    sandbox.write_file(TOOLS_SCRIPT, script, mode=0o755)
+    files = {TOOLS_SCRIPT: (script, 0o755)}
     for name in FILE_TOOLS:
-        sandbox.write_file(f"{BIN_DIR}/{name}", f'#!/bin/sh\nexec python3 -I -S {TOOLS_SCRIPT} {name} "$@"\n', mode=0o755)
+        files[f"{BIN_DIR}/{name}"] = (f'#!/bin/sh\nexec python3 -I -S {TOOLS_SCRIPT} {name} "$@"\n', 0o755)
+    sandbox.write_files(files)

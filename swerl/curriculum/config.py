@@ -12,7 +12,7 @@ from swerl.curriculum.names import PACKAGE_PREFIXES, PACKAGE_SUFFIXES
 SPLITS = ("warmup", "train", "heldout")
 # Every task is its own repository named after its package, so the package names bound the total.
 MAX_TASKS = len(PACKAGE_PREFIXES) * len(PACKAGE_SUFFIXES)
-MAX_PER_SPLIT = 200
+MAX_PER_SPLIT = MAX_TASKS
 
 
 class CurriculumConfig(BaseModel):

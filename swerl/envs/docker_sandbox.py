@@ -59,13 +59,20 @@ def _runner_source() -> bytes:
     return resources.files("swerl.envs").joinpath("resources/swerl_exec.py").read_bytes()
 
 
-def _tar_one(name: str, data: bytes, mode: int) -> bytes:
+def _tar(files: dict[str, tuple[bytes, int]]) -> bytes:
+    """A tar of ``{path relative to /: (data, mode)}``; unpacked at ``/`` it creates missing parents too."""
     buf = io.BytesIO()
+    now = int(time.time())
     with tarfile.open(fileobj=buf, mode="w") as tf:
-        info = tarfile.TarInfo(name)
-        info.size, info.mode, info.mtime = len(data), mode, int(time.time())
-        tf.addfile(info, io.BytesIO(data))
+        for name, (data, mode) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, now
+            tf.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+# Where python3 lives is a property of the image; probing once per image saves a docker exec per sandbox.
+_PYTHON_BY_IMAGE: dict[str, str] = {}
 
 
 class DockerSandbox:
@@ -106,9 +113,10 @@ class DockerSandbox:
             )
         except DockerException as e:
             raise SandboxError(f"cannot start a container from {self.image}: {e}") from e
-        if not self._mkdir(RUNNER_DIR) or not self._container.put_archive(RUNNER_DIR, _tar_one("swerl_exec.py", _runner_source(), 0o755)):
+        if not self._container.put_archive("/", _tar({RUNNER.lstrip("/"): (_runner_source(), 0o755)})):
             raise SandboxError(f"cannot install the command runner in a container of {self.image}")
-        self._python = self._find_python()
+        self._python = _PYTHON_BY_IMAGE.get(self.image) or self._find_python()
+        _PYTHON_BY_IMAGE[self.image] = self._python
         if self.base_commit is None:
             head = self._raw(["git", "-C", cfg.workdir, "rev-parse", "HEAD"])
             self.base_commit = head.strip() if len(head.strip()) == 40 else None
@@ -116,10 +124,6 @@ class DockerSandbox:
     def _raw(self, argv: list[str]) -> str:
         code, out = self._container.exec_run(argv, demux=False)
         return (out or b"").decode("utf-8", "replace") if code == 0 else ""
-
-    def _mkdir(self, path: str) -> bool:
-        code, _ = self._container.exec_run(["mkdir", "-p", path])
-        return code == 0
 
     def _find_python(self) -> str:
         probe = " || ".join(f"test -x {p} && echo {p}" for p in PYTHON_CANDIDATES) + " || command -v python3"
@@ -196,11 +200,14 @@ class DockerSandbox:
         return path if path.startswith("/") else posixpath.join(self.config.workdir, path)
 
     def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
-        path = self._abs(path)
-        blob = data.encode() if isinstance(data, str) else data
-        parent, name = posixpath.split(path)
-        if not self._mkdir(parent) or not self._container.put_archive(parent, _tar_one(name, blob, mode)):
-            raise SandboxError(f"cannot write {path} in the sandbox")
+        self.write_files({path: (data, mode)})
+
+    def write_files(self, files: dict[str, tuple[bytes | str, int]]) -> None:
+        """Write several files (missing parent folders are created) in one docker call."""
+        entries = {posixpath.normpath(self._abs(p)).lstrip("/"): (d.encode() if isinstance(d, str) else d, m)
+                   for p, (d, m) in files.items()}
+        if not self._container.put_archive("/", _tar(entries)):
+            raise SandboxError(f"cannot write {sorted('/' + e for e in entries)} in the sandbox")
 
     def read_file(self, path: str, max_bytes: int = 64_000_000) -> bytes:
         path = self._abs(path)

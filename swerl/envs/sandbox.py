@@ -34,6 +34,10 @@ class Sandbox(Protocol):
 
     def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None: ...
 
+    def write_files(self, files: dict[str, tuple[bytes | str, int]]) -> None:
+        """Write ``{path: (data, mode)}`` at once (one round trip where the sandbox allows)."""
+        ...
+
     def diff(self) -> str:
         """The working tree (tracked and untracked files) against base_commit, as a git diff."""
         ...

@@ -136,7 +136,6 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
     no_patch = not (patch or "").strip()  # only reached with run_tests_without_patch: grade_prediction answers the rest
 
     test_files = changed_by_test_patch(task)
-    sandbox.exec(f"mkdir -p {WORK}", timeout=30)
     if not no_patch:
         try:
             kept, dropped = filter_sections(split_diff(patch), test_files, config.protected)

@@ -9,6 +9,7 @@ reference case. A deterministic policy gives each reply probability 1: log-prob 
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -118,3 +119,117 @@ def _hunks(section: str) -> list[tuple[int, int, list[tuple[str, str]]]]:
         elif current is not None and line[:1] in (" ", "+", "-"):
             current.append((line[0], line[1:] if line.endswith("\n") else line[1:] + "\n"))
     return hunks
+
+
+_FILE_VIEW = re.compile(r"^\[File: (?P<path>\S+) \((?P<n>\d+) lines total\)\]$")
+_VIEW_LINE = re.compile(r"^(\d+):(.*)$")
+_TOKEN = re.compile(r"\w+|\s+|[^\w\s]+")
+
+
+def one_line_change(patch: str) -> tuple[str, str, str] | None:
+    """(path, old line, new line) when ``patch`` changes exactly one line of one existing file."""
+    sections = split_diff(patch)
+    if len(sections) != 1 or sections[0].old_path is None or sections[0].new_path is None:
+        return None
+    hunks = _hunks(sections[0].text)
+    if len(hunks) != 1:
+        return None
+    removed = [text for kind, text in hunks[0][2] if kind == "-"]
+    added = [text for kind, text in hunks[0][2] if kind == "+"]
+    if len(removed) != 1 or len(added) != 1:
+        return None
+    return sections[0].new_path, removed[0].rstrip("\n"), added[0].rstrip("\n")
+
+
+def minimal_replace(text: str, old: str, new: str) -> tuple[str, str] | None:
+    """The shortest (SEARCH, REPLACE) of whole tokens around where ``old`` and ``new`` differ
+    such that SEARCH occurs exactly once in ``text`` (the file holding ``old``)."""
+    if old not in text:
+        return None
+    prefix = 0
+    while prefix < min(len(old), len(new)) and old[prefix] == new[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < min(len(old), len(new)) - prefix and old[-1 - suffix] == new[-1 - suffix]:
+        suffix += 1
+    spans = [(m.start(), m.end()) for m in _TOKEN.finditer(old)]
+    if not spans:
+        return None
+    start, end = prefix, len(old) - suffix
+    if start >= end:  # a pure insertion: anchor on the last character of code before it
+        k = max(0, prefix - 1)
+        while k > 0 and old[k].isspace():
+            k -= 1
+        start, end = k, k + 1
+    first = next(i for i, (a, b) in enumerate(spans) if b > start)
+    last = max(i for i, (a, b) in enumerate(spans) if a < end)
+    first, last = min(first, last), max(first, last)
+    while True:
+        a, b = spans[first][0], spans[last][1]
+        search = old[a:b]
+        if search.strip() and search == search.strip() and text.count(search) == 1:
+            return search, new[a:len(new) - (len(old) - b)]
+        if first == 0 and last == len(spans) - 1:
+            return (search, new[a:len(new) - (len(old) - b)]) if text.count(search) == 1 else None
+        # Grow to the right first (the rest of the expression), then left; bare space never ends a span.
+        if last < len(spans) - 1:
+            last += 1
+            if not old[spans[last][0]:spans[last][1]].strip() and last < len(spans) - 1:
+                last += 1
+        else:
+            first -= 1
+            if not old[spans[first][0]:spans[first][1]].strip() and first > 0:
+                first -= 1
+
+
+def file_view(prompt_text: str) -> tuple[str, str] | None:
+    """(path, text) of the last whole-file view the `open` tool printed in ``prompt_text``."""
+    lines = prompt_text.split("\n")
+    for i in range(len(lines) - 1, -1, -1):
+        m = _FILE_VIEW.match(lines[i])
+        if not m:
+            continue
+        body = []
+        for line in lines[i + 1:]:
+            v = _VIEW_LINE.match(line)
+            if not v:
+                break
+            body.append(v.group(2))
+        if len(body) != int(m.group("n")):
+            return None  # a window of a longer file: uniqueness cannot be checked from it
+        return m.group("path"), "\n".join(body) + "\n"
+    return None
+
+
+class ReplaceDemonstrator:
+    """A scripted policy that fixes a one-line bug the shortest way: ``open`` the file, ``replace``
+    the smallest unique span it reads there (``edit`` by line number when the line has none), ``submit``.
+
+    The span is chosen from the file as the `open` tool showed it (decoded from the prompt), the
+    way an agent would, so the demonstration never relies on text it did not see. A patch that
+    is not a one-line change is demonstrated with ``script_from_patch`` instead.
+    """
+
+    def __init__(self, tokenizer, patches: Mapping[str, str]) -> None:
+        self.tokenizer = tokenizer
+        self.patches = dict(patches)
+
+    def __call__(self, request: GenerationRequest) -> str:
+        instance_id = request.trajectory_id.rsplit("/", 1)[0]
+        if instance_id not in self.patches:
+            raise EngineError(f"no patch for trajectory {request.trajectory_id!r}")
+        patch = self.patches[instance_id]
+        change = one_line_change(patch)
+        if change is None:
+            script = script_from_patch(patch, explore=False)
+            return script[request.turn] if request.turn < len(script) else "```\nsubmit\n```"
+        path, old, new = change
+        if request.turn == 0:
+            return f"```\nopen {path}\n```"
+        if request.turn == 1:
+            view = file_view(self.tokenizer.decode(request.prompt_ids, skip_special_tokens=False))
+            pair = minimal_replace(view[1], old, new) if view is not None else None
+            if pair is not None:
+                return f"```\nreplace {shlex.quote(pair[0])} {shlex.quote(pair[1])}\n```"
+            return script_from_patch(patch, explore=False)[1]  # no unique span on one line: edit it by number
+        return "```\nsubmit\n```"

@@ -44,6 +44,8 @@ class AgentParams(BaseModel):
     command_timeout_s: float = Field(60.0, ge=1, le=86400, description="Seconds per sandbox command.")
     deadline_s: float = Field(1800.0, ge=1, le=86400, description="Wall-clock seconds per trajectory.")
     prompt_dir: Path | None = Field(None, description="Folder overriding the agent's prompt templates (<name>.j2).")
+    demo: Literal["edit", "replace"] = Field("edit", description="Engine scripted: `edit` explores then edits the gold patch's "
+                                             "lines; `replace` opens the file, replaces the smallest unique span, submits.")
     chunk_size: int | None = Field(None, ge=1, description="Tasks per rollout task run (None: one chunk); chunks run in parallel on a distributed task runner.")
     timeout_s: float = Field(6 * 3600, ge=60, description="Prefect timeout of one rollout chunk.")
 

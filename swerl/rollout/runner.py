@@ -5,16 +5,19 @@ life (agent sandbox, then its grading sandbox), so at most that many containers 
 agent has a wall-clock deadline, so one straggler never wedges a batch; any failure
 becomes that trajectory's ``error`` exit and the others carry on. Finished trajectories
 are appended to the store at once; a rerun skips the pairs already stored (except
-infrastructure errors, which are retried).
+infrastructure errors, which are retried). A patch already graded for the same task in this
+run is not graded again: a fresh sandbox of the same image runs the same tests on the same
+tree, so the verdict is the same, and a converging policy submits the same fix many times.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,6 +29,7 @@ from swerl.agent.trajectory import ExitReason, Trajectory
 from swerl.data.task import Task
 from swerl.envs.docker_sandbox import DockerSandbox, DockerSandboxConfig
 from swerl.grading.grader import GradingConfig, grade_prediction
+from swerl.grading.results import GradeResult
 from swerl.inference.base import InferenceEngine
 from swerl.rollout.store import TrajectoryStore
 
@@ -42,6 +46,7 @@ class RolloutConfig(BaseModel):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     sandbox: DockerSandboxConfig = Field(default_factory=DockerSandboxConfig, description="Limits of the agent's sandboxes.")
     grading: GradingConfig = Field(default_factory=GradingConfig)
+    reuse_grades: bool = Field(True, description="Grade each distinct (task, patch) once per run and reuse the verdict for repeats.")
     model_name: str = Field("", description="Recorded on every trajectory (model path or name).")
 
 
@@ -81,10 +86,21 @@ async def run_rollouts(
     loop = asyncio.get_running_loop()
     loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=config.concurrency + 4, thread_name_prefix="swerl-rollout"))
     produced: list[Trajectory] = []
+    verdicts: dict[tuple[str, str], asyncio.Future] = {}
+
+    async def grade(task: Task, patch: str, image: str, sample: int) -> GradeResult:
+        key = (task.instance_id, hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest())
+        known = verdicts.get(key)
+        stale = known is not None and known.done() and (known.exception() is not None or known.result().is_infra_error)
+        if not config.reuse_grades or known is None or stale:
+            known = verdicts[key] = asyncio.ensure_future(asyncio.to_thread(
+                grade_prediction, task, patch, image, config.grading, model_name=config.model_name or agent.engine.name,
+                log_subdir=f"sample-{sample}"))
+        return await asyncio.shield(known)
 
     async def one(task: Task, sample: int) -> None:
         async with slots:
-            traj = await _run_one(task, sample, images.get(task.instance_id), agent, config)
+            traj = await _run_one(task, sample, images.get(task.instance_id), agent, config, grade)
         traj.model = config.model_name
         await asyncio.to_thread(store.append, traj)
         produced.append(traj)
@@ -109,7 +125,8 @@ async def run_rollouts(
     )
 
 
-async def _run_one(task: Task, sample: int, image: str | None, agent: Agent, config: RolloutConfig) -> Trajectory:
+async def _run_one(task: Task, sample: int, image: str | None, agent: Agent, config: RolloutConfig,
+                   grade: Callable[[Task, str, str, int], Awaitable[GradeResult]]) -> Trajectory:
     if image is None:
         return _failed(task, sample, agent, "no environment image for this task; run `swerl images build` first")
     t0 = time.monotonic()
@@ -130,10 +147,7 @@ async def _run_one(task: Task, sample: int, image: str | None, agent: Agent, con
         await asyncio.to_thread(sandbox.close)
     traj.sandbox_s = (started - t0) + (time.monotonic() - t1)
     if config.grade and traj.exit_reason is not ExitReason.error:
-        result = await asyncio.to_thread(
-            grade_prediction, task, traj.patch, image, config.grading, model_name=config.model_name or agent.engine.name,
-            log_subdir=f"sample-{sample}",
-        )
+        result = await grade(task, traj.patch, image, sample)
         traj.grade_failure = result.failure_class.value if result.failure_class else None
         traj.resolved = None if result.is_infra_error else result.resolved
         details = result.tests.values()

@@ -43,6 +43,8 @@ class RolloutStage(BaseModel):
     policy_version: str = Field("0", description="Recorded on every trajectory; training refuses other versions.")
     log_dir: Path = Field(Path(".swerl/logs"), description="Build and grading logs.")
     prompt_dir: Path | None = Field(None, description="Folder overriding the prompt templates (<name>.j2).")
+    demo: Literal["edit", "replace"] = Field("edit", description="Engine scripted: `edit` explores then edits the patch's lines; "
+                                             "`replace` opens the file, replaces the smallest unique span, submits.")
     skip_invalid: bool = Field(False, description="Load the valid task records and skip the invalid ones.")
     run_id: str | None = Field(None, description="Labels this run's containers (reaping, cancellation); default: random.")
     instance_ids: list[str] | None = Field(None, description="Only these tasks of the file (a chunk); None: all.")
@@ -66,7 +68,7 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
     from swerl.grading.grader import GradingConfig
     from swerl.inference.base import EngineError
     from swerl.inference.factory import load_tokenizer, make_engine
-    from swerl.inference.scripted import script_from_patch
+    from swerl.inference.scripted import ReplaceDemonstrator, script_from_patch
     from swerl.rollout.runner import RolloutConfig, rollout
     from swerl.rollout.store import TrajectoryStore
 
@@ -86,7 +88,10 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
                              concurrency=min(stage.concurrency, 64), log_dir=stage.log_dir)
     outcomes = build_outcomes(tasks, image_config(images_cfg), on_build)
     images = {iid: o.image for iid, o in outcomes.items() if o.image and not o.error}
-    scripts = {t.instance_id: script_from_patch(t.patch) for t in tasks} if stage.engine == "scripted" else None
+    scripts = None
+    if stage.engine == "scripted":
+        scripts = (ReplaceDemonstrator(tok, {t.instance_id: t.patch for t in tasks}) if stage.demo == "replace"
+                   else {t.instance_id: script_from_patch(t.patch) for t in tasks})
     store_dir = stage.out / "trajectories"
     if on_start is not None:
         done = TrajectoryStore(store_dir).done()

@@ -68,3 +68,20 @@ def test_a_scripted_rollout_resolves_every_task_in_under_1500_tokens(small_curri
     record_property("mean_trajectory_tokens", mean)
     print(f"scripted trajectories: mean {mean:.0f} tokens, min {min(lengths)}, max {max(lengths)}")
     assert mean < MAX_MEAN_TOKENS and max(lengths) < MAX_MEAN_TOKENS + 300
+
+
+def test_the_replace_demonstrator_with_the_curriculum_prompts_resolves_every_task_in_three_turns(
+        small_curriculum, curriculum_images, tiny_model_dir, tmp_path):
+    result, combined = small_curriculum
+    prompts = Path(__file__).resolve().parents[2] / "swerl" / "curriculum" / "prompts"
+    stage = RolloutStage(tasks=combined, repos=result.repos_dir, model=str(tiny_model_dir), engine="scripted", demo="replace",
+                         prompt_dir=prompts, out=tmp_path / "rollout", concurrency=2, log_dir=tmp_path / "logs")
+    run_rollout(stage)
+    trajectories = stored_trajectories(tmp_path / "rollout" / "trajectories")
+    assert len(trajectories) == 6
+    for t in trajectories:
+        assert (t.exit_reason.value, t.resolved, t.pass_to_pass_failed) == ("submitted", True, 0), t.instance_id
+        commands = [turn.command.split(None, 1)[0] for turn in t.turns]
+        assert commands in (["open", "replace", "submit"], ["open", "edit", "submit"]), (t.instance_id, commands)
+        assert t.messages[0]["content"].startswith("Fix the bug in the Python repository at /testbed.")
+        assert len(t.ids) < 900, (t.instance_id, len(t.ids))

@@ -178,3 +178,16 @@ def test_tiny_model_rollouts_run_to_completion_with_exact_tokens(demo_tasks, dem
         rendered = tok.apply_chat_template(t.messages, tokenize=False, add_generation_prompt=t.messages[-1]["role"] == "user")
         # the tail is the template's close of the last reply: "\n" after a sampled <|im_end|>, all of it after a length cut
         assert rendered.startswith(text) and rendered[len(text):] in ("", "\n", chat.assistant_end)
+
+
+def test_a_patch_already_graded_for_the_task_is_not_graded_again(demo_tasks, demo_images, tok, chat, tmp_path):
+    task = demo_tasks[DURATIONS]
+    engine = ScriptedEngine(tok, {DURATIONS: script_from_patch(task.patch)})
+    for reuse, gradings in ((True, 1), (False, 3)):
+        logs = tmp_path / f"grading-{reuse}"
+        config = RolloutConfig(samples=3, concurrency=3, reuse_grades=reuse, grading=GradingConfig(log_dir=logs))
+        summary = rollout([task], demo_images, engine, chat, config, tmp_path / f"traj-{reuse}")
+        assert (summary.resolved, summary.graded) == (3, 3)
+        assert len([p for p in logs.rglob("sample-*") if p.is_dir()]) == gradings  # one grading sandbox per patch
+        for t in TrajectoryStore(tmp_path / f"traj-{reuse}").trajectories():
+            assert t.fail_to_pass_passed == len(task.FAIL_TO_PASS) and t.pass_to_pass_failed == 0

@@ -77,6 +77,12 @@ def test_write_then_read_file_roundtrips_bytes(sandbox):
         sandbox.read_file("missing.txt")
 
 
+def test_write_files_puts_many_files_and_their_folders_in_one_call(sandbox):
+    sandbox.write_files({"deep/er/a.py": ("print(1)\n", 0o644), "/usr/local/bin/hello": (b"#!/bin/sh\necho hi\n", 0o755)})
+    assert sandbox.read_file("/testbed/deep/er/a.py") == b"print(1)\n"
+    assert sandbox.exec("hello && stat -c '%a' /usr/local/bin/hello deep/er deep/er/a.py").output == "hi\n755\n755\n644\n"
+
+
 def test_diff_shows_edits_new_and_deleted_files_against_base_commit(sandbox):
     tracked = sandbox.exec("git ls-files | grep '\\.py$' | grep -v '^tests/' | head -2").output.split()
     sandbox.exec(f"echo '# edited' >> {tracked[0]} && rm {tracked[1]} && echo 'x = 1' > brand_new.py && git add -A && git commit -qm wip")

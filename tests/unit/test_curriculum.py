@@ -123,7 +123,7 @@ def test_the_default_config_is_60_warmup_60_train_40_heldout_of_every_bug_kind()
 
 @pytest.mark.parametrize(("fields", "message"), [
     ({"train": -1}, "greater than or equal to 0"),
-    ({"heldout": 201}, "less than or equal to 200"),
+    ({"heldout": 501}, "less than or equal to 500"),
     ({"warmup": 0, "train": 0, "heldout": 0}, "warmup + train + heldout = 0; it must be between 1 and 500"),
     ({"warmup": 200, "train": 200, "heldout": 200}, "warmup + train + heldout = 600; it must be between 1 and 500"),
     ({"bug_kinds": ["wrong_index", "wrong_index"]}, "bug_kinds lists a kind twice"),
@@ -465,6 +465,6 @@ def test_cli_generate_prints_counts_per_split_and_bug_kind_and_the_paths(tmp_pat
 def test_cli_generate_names_a_bad_option_and_exits_2(tmp_path):
     from swerl.cli import app
 
-    result = CliRunner().invoke(app, ["curriculum", "generate", "--out", str(tmp_path), "--heldout", "500"])
+    result = CliRunner().invoke(app, ["curriculum", "generate", "--out", str(tmp_path), "--heldout", "501"])
     assert result.exit_code == 2
-    assert "bad curriculum options: heldout: Input should be less than or equal to 200" in result.output
+    assert "bad curriculum options: heldout: Input should be less than or equal to 500" in result.output
