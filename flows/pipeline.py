@@ -49,7 +49,8 @@ def prepare_inputs(params: PipelineParams) -> dict[str, Any]:
         eval_tasks = params.eval_tasks or tasks
     if params.warm_start is not None and params.warm_start.tasks is not None:
         warm = params.warm_start.tasks
-    model = params.model or str(tiny_model(run_dir / "start-model", params.tiny_model))
+    # The warm-up tasks' text joins the tiny tokenizer's corpus (its identifiers get whole tokens).
+    model = params.model or str(tiny_model(run_dir / "start-model", params.tiny_model, corpus_tasks=warm))
     # sandboxes whose owner died (a killed earlier attempt) go before new ones start
     reaped = reap_containers()
     history = run_dir / "params.jsonl"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -53,8 +54,12 @@ def _qwen_instruct_sampling(im_end_id: int, pad_id: int) -> dict:
             "eos_token_id": [im_end_id, pad_id], "pad_token_id": pad_id}
 
 
-def init_tiny(out: Path, config: TinyModelConfig | None = None, *, overwrite: bool = False) -> Path:
+def init_tiny(out: Path, config: TinyModelConfig | None = None, *, overwrite: bool = False,
+              extra_texts: Sequence[str] = ()) -> Path:
     """Write a tiny Qwen2 model, its tokenizer and chat template to ``out``; return ``out``.
+
+    ``extra_texts`` join the tokenizer's corpus: in-domain text (say a curriculum's warm-up
+    tasks) gives its identifiers whole tokens, as a real model's tokenizer has for English.
 
     ``out`` may be missing or empty; a non-empty ``out`` is replaced only with ``overwrite``.
     The folder is assembled next to ``out`` and moved in at the end, so a failure leaves no
@@ -69,7 +74,7 @@ def init_tiny(out: Path, config: TinyModelConfig | None = None, *, overwrite: bo
         raise FileExistsError(f"{out} is not empty; choose an empty folder or overwrite it")
     out.parent.mkdir(parents=True, exist_ok=True)
 
-    texts = [p.read_text(encoding="utf-8") for p in corpus_files()]
+    texts = [p.read_text(encoding="utf-8") for p in corpus_files()] + list(extra_texts)
     tok = train_tokenizer(config.vocab_size, texts)
     im_end_id, pad_id = tok.token_to_id(IM_END), tok.token_to_id(PAD_TOKEN)
 
@@ -95,7 +100,7 @@ def init_tiny(out: Path, config: TinyModelConfig | None = None, *, overwrite: bo
             "config": config.model_dump(),
             "parameters": sum(p.numel() for p in model.parameters()),
             "vocab_size": tok.get_vocab_size(),
-            "tokenizer_corpus": {"files": len(texts), "sha256": corpus_digest(texts)},
+            "tokenizer_corpus": {"files": len(texts), "extra_texts": len(extra_texts), "sha256": corpus_digest(texts)},
         }
         (staging / MODEL_CARD).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
         if out.exists():

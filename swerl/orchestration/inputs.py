@@ -24,12 +24,20 @@ def task_inputs(tasks: Path | None, repos: Path | None, demo_dir: Path = DEFAULT
     return Path(tasks), repos
 
 
-def tiny_model(folder: Path, config=None) -> Path:
-    """The tiny policy in ``folder`` (created once; deterministic given ``config``)."""
+def tiny_model(folder: Path, config=None, corpus_tasks: Path | None = None) -> Path:
+    """The tiny policy in ``folder`` (created once; deterministic given ``config`` and ``corpus_tasks``).
+
+    ``corpus_tasks``: a task file whose issue texts and patches join the tokenizer's corpus.
+    """
     from swerl.models.tiny import TinyModelConfig, init_tiny
 
     if not (folder / "config.json").is_file():
-        init_tiny(folder, config or TinyModelConfig(), overwrite=True)
+        extra = []
+        if corpus_tasks is not None:
+            from swerl.data.loaders import load_tasks
+
+            extra = [f"{t.problem_statement}\n{t.patch}\n{t.test_patch}" for t in load_tasks(corpus_tasks).tasks]
+        init_tiny(folder, config or TinyModelConfig(), overwrite=True, extra_texts=extra)
     return folder
 
 

@@ -165,3 +165,13 @@ def test_the_config_rejects_unknown_fields_and_heads_that_do_not_divide():
         TinyModelConfig(num_attention_heads=4, num_key_value_heads=3)
     with pytest.raises(ValidationError, match="greater than or equal to 512"):
         TinyModelConfig(vocab_size=100)
+
+
+def test_extra_texts_give_in_domain_identifiers_whole_tokens(tmp_path, tok):
+    text = ">>> from quokkalytics.zebraworks import frobnicate_widget\n"
+    domain = init_tiny(tmp_path / "domain", TinyModelConfig(), extra_texts=[text * 50])
+    from transformers import AutoTokenizer
+
+    in_domain = AutoTokenizer.from_pretrained(domain)
+    assert len(in_domain.encode(" quokkalytics")) == 1 < len(tok.encode(" quokkalytics"))
+    assert json.loads((domain / "swerl_model.json").read_text())["tokenizer_corpus"]["extra_texts"] == 1
