@@ -22,6 +22,7 @@ def generate(
     train: int = typer.Option(60, "--train", help="Tasks in train.jsonl."),
     heldout: int = typer.Option(40, "--heldout", help="Tasks in heldout.jsonl (repositories and name combinations no other split has)."),
     bug_kind: Optional[list[str]] = typer.Option(None, "--bug-kind", help="Only this bug kind; repeat for more (default: all)."),
+    name_file: bool = typer.Option(False, "--name-file", help="The issue text names the file defining the function."),
 ) -> None:
     """Write one git mirror per task and a SWE-bench tasks file per split; print the counts."""
     from pydantic import ValidationError
@@ -31,7 +32,8 @@ def generate(
     if out.exists() and not out.is_dir():
         _fail(f"--out {out} is a file, not a folder; choose a folder")
     try:
-        config = CurriculumConfig(seed=seed, warmup=warmup, train=train, heldout=heldout, bug_kinds=bug_kind or None)
+        config = CurriculumConfig(seed=seed, warmup=warmup, train=train, heldout=heldout, bug_kinds=bug_kind or None,
+                                  name_file=name_file)
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'options'}: {err['msg']}" for err in e.errors())
         _fail(f"bad curriculum options: {problems}")

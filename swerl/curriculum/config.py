@@ -29,6 +29,9 @@ class CurriculumConfig(BaseModel):
     bug_kinds: Optional[list[BugKindName]] = Field(None, min_length=1, max_length=len(BUG_KINDS),
                                                    description="Bug kinds to draw from, cycled evenly within each split; None: all of them.")
 
+    name_file: bool = Field(False, description="The issue text names the file defining the function, as a traceback or a "
+                                               "careful reporter would (a localisation hint for very small policies).")
+
     @field_validator("bug_kinds")
     @classmethod
     def _distinct(cls, v: list[str] | None) -> list[str] | None:

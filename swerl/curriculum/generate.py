@@ -139,7 +139,7 @@ def _draw(config: CurriculumConfig) -> dict[str, list[GeneratedTask]]:
         plan[split] = []
         for i in range(config.counts()[split]):
             kind = kinds[i % len(kinds)]
-            task = _draw_task(rng, kind, decks[kind], next(next_package), seen)
+            task = _draw_task(rng, kind, decks[kind], next(next_package), seen, config.name_file)
             seen.add(task.combination)
             plan[split].append(task)
     return plan
@@ -153,12 +153,12 @@ def _deck(rng: Random, kind: str):
         yield from list(templates)
 
 
-def _draw_task(rng: Random, kind: str, deck, package: str, seen: set[tuple]) -> GeneratedTask:
+def _draw_task(rng: Random, kind: str, deck, package: str, seen: set[tuple], name_file: bool = False) -> GeneratedTask:
     template = next(deck)
     errors = []
     for _ in range(_MAX_DRAWS):
         try:
-            task = build_task(rng, kind, template, package, rng.choice(MODULES))
+            task = build_task(rng, kind, template, package, rng.choice(MODULES), name_file=name_file)
         except TaskBuildError as e:
             errors.append(str(e))
             continue

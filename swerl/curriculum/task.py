@@ -75,7 +75,8 @@ class GeneratedTask:
         return (self.kind, self.template, self.function)
 
 
-def build_task(rng: Random, kind: str, template: Template, package: str, module: str) -> GeneratedTask:
+def build_task(rng: Random, kind: str, template: Template, package: str, module: str, *,
+               name_file: bool = False) -> GeneratedTask:
     """Draw names, companions and inputs with ``rng``; run the code to get outputs; assemble the task.
 
     Raises TaskBuildError when no drawn call tells the buggy function from the fixed one.
@@ -103,6 +104,8 @@ def build_task(rng: Random, kind: str, template: Template, package: str, module:
 
     call, actual, expected = reported[0]
     statement = problem_statement(rng, package, module, buggy.name, call, actual, expected)
+    if name_file:
+        statement += f"\n`{buggy.name}` is defined in {package}/{module}.py.\n"
     if fixed_line.strip() in statement:
         raise TaskBuildError(f"the issue text of {package}.{module}.{buggy.name} would quote the fixed line")
     module_path = f"{package}/{module}.py"

@@ -468,3 +468,17 @@ def test_cli_generate_names_a_bad_option_and_exits_2(tmp_path):
     result = CliRunner().invoke(app, ["curriculum", "generate", "--out", str(tmp_path), "--heldout", "501"])
     assert result.exit_code == 2
     assert "bad curriculum options: heldout: Input should be less than or equal to 500" in result.output
+
+
+def test_name_file_adds_the_defining_file_to_each_issue_and_changes_nothing_else(tmp_path):
+    config = CurriculumConfig(seed=3, warmup=4, train=4, heldout=4)
+    plain = generate_curriculum(tmp_path / "plain", config)
+    named = generate_curriculum(tmp_path / "named", config.model_copy(update={"name_file": True}))
+    for split in SPLITS:
+        before, after = load_tasks(plain.tasks_files[split]).tasks, load_tasks(named.tasks_files[split]).tasks
+        for a, b in zip(before, after, strict=True):
+            path = b.patch.split("\n", 1)[0].split(" b/", 1)[1]
+            function = re.search(r">>> from \S+ import (\w+)", b.problem_statement).group(1)
+            assert b.problem_statement == a.problem_statement + f"\n`{function}` is defined in {path}.\n"
+            assert (b.patch, b.test_patch, b.base_commit, b.FAIL_TO_PASS) == (a.patch, a.test_patch, a.base_commit, a.FAIL_TO_PASS)
+            assert "is defined in" not in a.problem_statement
