@@ -65,8 +65,16 @@ def test_replace_needs_exactly_one_occurrence(sb):
     sb.write_file("rep.py", "x = 1\ny = 1\n")
     run(sb, "open rep.py")
     assert run(sb, "replace ' = 1' ' = 2'") == "Error: SEARCH occurs 2 times in /testbed/rep.py; it must occur exactly once (add surrounding text)\n"
-    run(sb, "replace 'y = 1' 'y = 2'")
+    assert run(sb, "replace 'y = 1' 'y = 2'") == "[Edited /testbed/rep.py: lines 1-2 of 2]\n1:x = 1\n2:y = 2\n"
     assert sb.read_file("rep.py") == b"x = 1\ny = 2\n"
+
+
+def test_replace_shows_the_edited_lines_with_three_on_each_side(sb):
+    sb.write_file("long.py", "".join(f"v{i} = {i}\n" for i in range(1, 21)))
+    run(sb, "open long.py")
+    out = run(sb, "replace 'v10 = 10' 'v10 = 100\nv10b = 0'")
+    assert out == "[Edited /testbed/long.py: lines 7-14 of 21]\n" + "".join(
+        f"{n}:{text}\n" for n, text in zip(range(7, 15), ["v7 = 7", "v8 = 8", "v9 = 9", "v10 = 100", "v10b = 0", "v11 = 11", "v12 = 12", "v13 = 13"]))
 
 
 def test_search_file_and_find_file(sb):

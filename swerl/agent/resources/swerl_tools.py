@@ -12,6 +12,7 @@ import sys
 
 STATE = os.environ.get("SWERL_TOOLS_STATE", "/tmp/.swerl_tools_state.json")
 WINDOW = int(os.environ.get("SWERL_TOOLS_WINDOW", "100"))
+SNIPPET_CONTEXT = 3  # lines shown on each side of a replacement
 MAX_HITS = 100
 
 
@@ -154,8 +155,17 @@ def cmd_replace(state, args):
     at = text.index(args[0])
     with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
         f.write(text.replace(args[0], args[1], 1))
-    center(state, text[:at].count("\n") + 1)
-    show(state)
+    first = text[:at].count("\n") + 1
+    center(state, first)
+    show_snippet(path, first, first + args[1].count("\n"))
+
+
+def show_snippet(path, first, last, context=SNIPPET_CONTEXT):
+    """The edited lines and a few around them (the whole window would repeat what the agent just read)."""
+    lines = read_lines(path)
+    total = len(lines) - 1 if lines and lines[-1] == "" else len(lines)
+    a, b = max(1, first - context), min(total, last + context)
+    print("\n".join([f"[Edited {path}: lines {a}-{b} of {total}]"] + [f"{n}:{lines[n - 1]}" for n in range(a, b + 1)]))
 
 
 def cmd_search_file(state, args):
