@@ -127,10 +127,14 @@ class DockerSandbox:
 
     def _find_python(self) -> str:
         probe = " || ".join(f"test -x {p} && echo {p}" for p in PYTHON_CANDIDATES) + " || command -v python3"
-        found = self._raw(["sh", "-c", probe]).strip().splitlines()
-        if not found:
+        code, out = self._container.exec_run(["sh", "-c", probe], demux=False)
+        found = (out or b"").decode("utf-8", "replace").strip().splitlines()
+        if code == 0 and found and found[0].startswith("/"):
+            return found[0]
+        if code in (1, 127) and not found:
             raise SandboxError(f"image {self.image} has no python3; the sandbox runner needs one")
-        return found[0]
+        # anything else is the probe failing (a container dying under load), not the image
+        raise SandboxError(f"probing {self.image} for python3 failed (exit code {code}): {(out or b'')[-300:]!r}")
 
     def close(self) -> None:
         if self._closed:
