@@ -213,13 +213,14 @@ class ReplaceDemonstrator:
     def __init__(self, tokenizer, patches: Mapping[str, str]) -> None:
         self.tokenizer = tokenizer
         self.patches = dict(patches)
+        self.changes = {iid: one_line_change(patch) for iid, patch in self.patches.items()}  # parsed once, asked every turn
 
     def __call__(self, request: GenerationRequest) -> str:
         instance_id = request.trajectory_id.rsplit("/", 1)[0]
         if instance_id not in self.patches:
             raise EngineError(f"no patch for trajectory {request.trajectory_id!r}")
         patch = self.patches[instance_id]
-        change = one_line_change(patch)
+        change = self.changes[instance_id]
         if change is None:
             script = script_from_patch(patch, explore=False)
             return script[request.turn] if request.turn < len(script) else "```\nsubmit\n```"

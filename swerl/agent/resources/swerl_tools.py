@@ -51,10 +51,15 @@ def require_open(state):
     return state["file"]
 
 
+def line_total(lines):
+    """Lines of the file as an editor counts them (a final newline ends a line, it does not start one)."""
+    return len(lines) - 1 if lines and lines[-1] == "" else len(lines)
+
+
 def show(state):
     path = require_open(state)
     lines = read_lines(path)
-    total = len(lines) - 1 if lines and lines[-1] == "" else len(lines)
+    total = line_total(lines)
     first = max(1, min(state["first"], max(total - WINDOW + 1, 1)))
     state["first"] = first
     last = min(first + WINDOW - 1, total)
@@ -163,7 +168,7 @@ def cmd_replace(state, args):
 def show_snippet(path, first, last, context=SNIPPET_CONTEXT):
     """The edited lines and a few around them (the whole window would repeat what the agent just read)."""
     lines = read_lines(path)
-    total = len(lines) - 1 if lines and lines[-1] == "" else len(lines)
+    total = line_total(lines)
     a, b = max(1, first - context), min(total, last + context)
     print("\n".join([f"[Edited {path}: lines {a}-{b} of {total}]"] + [f"{n}:{lines[n - 1]}" for n in range(a, b + 1)]))
 
