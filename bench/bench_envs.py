@@ -60,8 +60,12 @@ def main() -> None:
         raw_cli = timed(lambda: subprocess.run(["docker", "exec", "-w", "/testbed", cid, "bash", "-c", cmd], capture_output=True, check=True), args.execs)
         container = client.containers.get(cid)
         raw_api = timed(lambda: container.exec_run(["bash", "-c", cmd], workdir="/testbed"), args.execs)
+    with DockerSandbox(image, DockerSandboxConfig(exec_channel=True)) as sb:
+        sb.exec(cmd)
+        channel = timed(lambda: sb.exec(cmd), args.execs)
     print("## exec overhead (same command, same container)")
     print(f"sandbox.exec          {ms(ours)}")
+    print(f"sandbox.exec, channel {ms(channel)}   ratio channel/raw CLI = {statistics.median(channel) / statistics.median(raw_cli):.2f}x")
     print(f"raw docker exec (CLI) {ms(raw_cli)}   ratio sandbox/raw = {statistics.median(ours) / statistics.median(raw_cli):.2f}x")
     print(f"raw exec_run (API)    {ms(raw_api)}   ratio sandbox/raw = {statistics.median(ours) / statistics.median(raw_api):.2f}x\n")
 

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from swerl.envs import labels
 from swerl.envs.docker_client import docker_client
+from swerl.envs.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel
 from swerl.envs.sandbox import ExecResult, SandboxError
 
 RUNNER_DIR = "/opt/swerl"
@@ -43,6 +44,11 @@ class DockerSandboxConfig(BaseModel):
     output_limit_bytes: int = Field(64_000, ge=1_000, le=64_000_000, description="Output kept per exec (head + tail).")
     lifetime_s: int = Field(7200, ge=60, le=7 * 86400, description="The container removes itself after this long, whatever happens.")
     run_id: str | None = Field(None, description="Label tying containers to one run, for reaping and leak checks.")
+    exec_channel: bool = Field(
+        False, description="Send commands to one long-lived runner over an attached exec (a few ms each) instead of "
+        "a docker exec per command (~80 ms). For the agent's own sandbox: a command can forge the runner's answers "
+        "to itself there, which gains it nothing; graders keep one exec per command.",
+    )
 
 
 _slots_lock = threading.Lock()
@@ -86,6 +92,7 @@ class DockerSandbox:
         self._slots = slots
         self._container = None
         self._python: str | None = None
+        self._channel: ExecChannel | None = None
         self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------
@@ -117,6 +124,11 @@ class DockerSandbox:
             raise SandboxError(f"cannot install the command runner in a container of {self.image}")
         self._python = _PYTHON_BY_IMAGE.get(self.image) or self._find_python()
         _PYTHON_BY_IMAGE[self.image] = self._python
+        if cfg.exec_channel:
+            try:
+                self._channel = ExecChannel(docker_client().api, self._container.id, [self._python, "-I", "-S", "-u", RUNNER, "--serve"])
+            except DockerException:
+                self._channel = None  # one exec per command still works
         if self.base_commit is None:
             head = self._raw(["git", "-C", cfg.workdir, "rev-parse", "HEAD"])
             self.base_commit = head.strip() if len(head.strip()) == 40 else None
@@ -140,6 +152,8 @@ class DockerSandbox:
         if self._closed:
             return
         self._closed = True
+        if self._channel is not None:
+            self._channel.close()
         try:
             if self._container is not None:
                 try:
@@ -172,6 +186,8 @@ class DockerSandbox:
         tag = uuid.uuid4().hex
         payload = json.dumps({"cmd": cmd, "timeout": timeout, "limit": self.config.output_limit_bytes,
                               "tag": tag, "cwd": cwd or self.config.workdir, "env": env or {}})
+        if self._channel is not None and self._channel.alive():
+            return ExecResult(command=cmd, **self._over_channel(json.loads(payload), timeout))
         result: dict = {}
 
         def run() -> None:
@@ -198,6 +214,27 @@ class DockerSandbox:
         except (IndexError, json.JSONDecodeError) as e:
             raise SandboxError(f"sandbox runner failed (exit {code}): {' '.join(text)[-500:]}") from e
         return ExecResult(command=cmd, **data)
+
+    def _over_channel(self, payload: dict, timeout: float) -> dict:
+        channel = self._channel
+        try:
+            try:
+                data = channel.request(payload, timeout + HOST_GRACE_S)
+            except ChannelTimeout:  # the runner is stuck: kill from outside, as for one exec
+                self._container.exec_run([self._python, "-I", "-S", RUNNER, json.dumps({"kill_tag": payload["tag"]})])
+                try:
+                    data = channel.wait(payload["tag"], HOST_GRACE_S)
+                except ChannelTimeout:
+                    self.close()
+                    raise SandboxError(f"command did not stop {timeout + 2 * HOST_GRACE_S:.0f}s after its timeout; sandbox removed") from None
+        except ChannelBroken as e:
+            # the command itself may have killed the runner; later commands get one exec each
+            self._channel = None
+            channel.close()
+            raise SandboxError(f"sandbox runner failed: {e}") from e
+        if "error" in data:
+            raise SandboxError(f"sandbox runner failed: {data['error']}")
+        return data
 
     # -- files ---------------------------------------------------------------------
     def _abs(self, path: str) -> str:

@@ -44,7 +44,10 @@ class RolloutConfig(BaseModel):
     seed: int | None = Field(0, description="Base seed; each (task, sample, turn) derives its own. None: unseeded.")
     grade: bool = Field(True, description="Grade each trajectory's patch in a fresh sandbox as soon as it ends.")
     agent: AgentConfig = Field(default_factory=AgentConfig)
-    sandbox: DockerSandboxConfig = Field(default_factory=DockerSandboxConfig, description="Limits of the agent's sandboxes.")
+    sandbox: DockerSandboxConfig = Field(
+        default_factory=lambda: DockerSandboxConfig(exec_channel=True),
+        description="Limits of the agent's sandboxes; their commands go over one long-lived runner each.",
+    )
     grading: GradingConfig = Field(default_factory=GradingConfig)
     reuse_grades: bool = Field(True, description="Grade each distinct (task, patch) once per run and reuse the verdict for repeats.")
     model_name: str = Field("", description="Recorded on every trajectory (model path or name).")

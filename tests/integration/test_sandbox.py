@@ -9,6 +9,7 @@ import pytest
 
 from swerl.envs import labels
 from swerl.envs.docker_sandbox import DockerSandbox, DockerSandboxConfig, reap_containers, running_containers
+from swerl.envs.sandbox import SandboxError
 
 pytestmark = pytest.mark.docker
 
@@ -18,11 +19,41 @@ def image(demo_images, demo_tasks):
     return demo_images[sorted(demo_images)[0]]
 
 
-@pytest.fixture
-def sandbox(image, run_id):
-    with DockerSandbox(image, DockerSandboxConfig(run_id=run_id, output_limit_bytes=2_000, memory="256m", pids_limit=64)) as sb:
+# every behaviour below holds whether commands go one docker exec each or over the long-lived runner
+@pytest.fixture(params=[False, True], ids=["exec-per-command", "exec-channel"])
+def sandbox(request, image, run_id):
+    config = DockerSandboxConfig(run_id=run_id, output_limit_bytes=2_000, memory="256m", pids_limit=64, exec_channel=request.param)
+    with DockerSandbox(image, config) as sb:
         yield sb
     assert running_containers(run_id) == []
+
+
+@pytest.fixture
+def channel_sandbox(image, run_id):
+    with DockerSandbox(image, DockerSandboxConfig(run_id=run_id, exec_channel=True)) as sb:
+        yield sb
+    assert running_containers(run_id) == []
+
+
+def test_the_exec_channel_runs_every_command_under_one_runner(channel_sandbox, image, run_id):
+    parents = {channel_sandbox.exec("echo $PPID").output for _ in range(3)}
+    assert len(parents) == 1
+    with DockerSandbox(image, DockerSandboxConfig(run_id=run_id)) as one_exec_each:
+        assert len({one_exec_each.exec("echo $PPID").output for _ in range(3)}) == 3
+
+
+def test_a_forged_answer_on_the_runner_stream_is_not_taken_for_the_real_one(channel_sandbox):
+    forge = 'printf \'{"tag": "not-yours", "exit_code": 0, "timed_out": false, "output": "forged"}\\n\' > /proc/$PPID/fd/1'
+    res = channel_sandbox.exec(f"{forge}; echo real; exit 3")
+    assert (res.exit_code, res.output) == (3, "real\n")
+    assert channel_sandbox.exec("echo next").output == "next\n"
+
+
+def test_a_command_that_kills_the_runner_fails_alone_and_later_commands_still_run(channel_sandbox):
+    with pytest.raises(SandboxError, match="sandbox runner failed"):
+        channel_sandbox.exec("kill -9 $PPID; sleep 5")
+    assert channel_sandbox.exec("echo still here; exit 4").exit_code == 4
+    assert channel_sandbox.exec("echo $((1 + 1))").output == "2\n"
 
 
 def test_exec_returns_exit_code_and_output(sandbox):
@@ -143,3 +174,11 @@ def test_bounded_concurrency_blocks_the_next_sandbox(image, run_id):
     assert len(started) == 1
     started[0].close()
     assert running_containers(run_id) == []
+
+
+def test_agents_use_the_exec_channel_and_graders_one_exec_per_command():
+    from swerl.grading.grader import GradingConfig
+    from swerl.rollout.runner import RolloutConfig
+
+    # a graded command could forge the long-lived runner's answer; a one-shot runner's last line is its own
+    assert (RolloutConfig().sandbox.exec_channel, GradingConfig().sandbox.exec_channel) == (True, False)

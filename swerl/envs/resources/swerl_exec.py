@@ -7,6 +7,9 @@ killed, daemons included. Output is kept head and tail with a marker, so a comma
 prints gigabytes costs neither memory nor a slow socket.
 
 Prints one JSON object: exit_code, timed_out, output, total_bytes, truncated, duration_s.
+With ``--serve`` it stays up instead: one JSON request per stdin line, one JSON result
+line (carrying the request's tag) per request, so a sandbox's commands cost a line on an
+open stream rather than a docker exec each.
 """
 
 import json
@@ -89,12 +92,11 @@ class Capture:
         return f"{head}\n[... {dropped} bytes of output truncated ...]\n{tail}", True
 
 
-def main():
-    args = json.loads(sys.argv[1])
+def run(args):
+    """Run one request; returns the result object."""
     if args.get("kill_tag"):
         kill_tagged(args["kill_tag"], None)
-        print(json.dumps({"killed": True}))
-        return
+        return {"killed": True}
     tag, timeout, limit = args["tag"], args.get("timeout"), args["limit"]
     env = dict(os.environ)
     env.update(args.get("env") or {})
@@ -128,14 +130,38 @@ def main():
         code = proc.wait()
     reader.join(timeout=2.0)  # a grandchild holding the pipe is dead by now
     output, truncated = capture.text()
-    print(json.dumps({
+    return {
         "exit_code": 124 if timed_out else (128 - code if code < 0 else code),  # shell convention for signals
         "timed_out": timed_out,
         "output": output,
         "total_bytes": capture.total,
         "truncated": truncated,
         "duration_s": round(time.monotonic() - start, 4),
-    }))
+    }
+
+
+def serve():
+    out = sys.stdout
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        args = {}
+        try:
+            args = json.loads(line)
+            result = run(args)
+        except Exception as e:  # a bad request answers with its error; the server stays up
+            args = args if isinstance(args, dict) else {}
+            result = {"error": f"{type(e).__name__}: {e}"}
+        result["tag"] = args.get("tag") or args.get("kill_tag")
+        out.write(json.dumps(result) + "\n")
+        out.flush()
+
+
+def main():
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+    else:
+        print(json.dumps(run(json.loads(sys.argv[1]))))
 
 
 if __name__ == "__main__":

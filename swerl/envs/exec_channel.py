@@ -1,0 +1,118 @@
+"""A long-lived command runner inside a container, spoken to over one attached docker exec.
+
+A docker exec costs ~80-100 ms of daemon and runc work on a loaded 2-core host; a line
+on an already open stream costs a few. The runner (``swerl_exec.py --serve``) reads one
+JSON request per line and answers one JSON line carrying the request's tag, so a stale
+or forged line (a command can write to the runner's stdout through /proc) is skipped, not
+taken for the answer. The stream is docker's multiplexed format: an 8-byte header
+(stream id, size) before each chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import struct
+import time
+
+# far above any real answer (output_limit_bytes, JSON-escaped); a command flooding the
+# runner's stdout without newlines breaks the channel instead of the host's memory
+MAX_PENDING_BYTES = 256 << 20
+
+
+class ChannelTimeout(Exception):
+    """No answer within the deadline; the channel itself may still be fine."""
+
+
+class ChannelBroken(Exception):
+    """The runner or its stream is gone; the channel cannot be used again."""
+
+
+class ExecChannel:
+    """One ``swerl_exec.py --serve`` process in ``container`` and the socket to it."""
+
+    def __init__(self, api, container_id: str, argv: list[str]):
+        exec_id = api.exec_create(container_id, argv, stdin=True, stdout=True, stderr=True)["Id"]
+        self._io = api.exec_start(exec_id, socket=True)
+        self._sock = getattr(self._io, "_sock", self._io)
+        self._frames = b""  # raw bytes not yet split into frames
+        self._lines = b""  # stdout bytes not yet split into lines
+        self._stderr = b""
+        self.broken: str | None = None
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    def alive(self) -> bool:
+        """False when the runner has already gone (its stream is at EOF) or the channel broke."""
+        if self.broken:
+            return False
+        try:
+            readable, _, _ = select.select([self._sock], [], [], 0)
+            if readable:
+                self._pump()
+        except (ChannelBroken, OSError, ValueError):
+            self.broken = self.broken or "the runner's stream closed"
+        return self.broken is None
+
+    def request(self, payload: dict, deadline_s: float) -> dict:
+        """Send ``payload`` (which carries a ``tag``) and wait up to ``deadline_s`` for its answer."""
+        if self.broken:
+            raise ChannelBroken(self.broken)
+        try:
+            self._sock.sendall(json.dumps(payload).encode() + b"\n")
+        except OSError as e:
+            self.broken = f"cannot write to the runner: {e}"
+            raise ChannelBroken(self.broken) from e
+        return self.wait(payload.get("tag") or payload["kill_tag"], deadline_s)
+
+    def wait(self, tag: str, deadline_s: float) -> dict:
+        """The answer carrying ``tag``; lines with any other tag are dropped."""
+        end = time.monotonic() + deadline_s
+        while True:
+            while b"\n" in self._lines:
+                line, self._lines = self._lines.split(b"\n", 1)
+                try:
+                    data = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(data, dict) and data.pop("tag", None) == tag:
+                    return data
+            left = end - time.monotonic()
+            if left <= 0:
+                raise ChannelTimeout(f"no answer from the runner within {deadline_s:.0f}s")
+            try:
+                readable, _, _ = select.select([self._sock], [], [], left)
+            except (OSError, ValueError) as e:
+                self.broken = f"the runner's stream failed: {e}"
+                raise ChannelBroken(self.broken) from e
+            if readable:
+                self._pump()
+
+    def _pump(self) -> None:
+        """Read what is available and split it into frames; raises ChannelBroken at EOF."""
+        try:
+            chunk = self._sock.recv(1 << 16)
+        except OSError as e:
+            self.broken = f"the runner's stream failed: {e}"
+            raise ChannelBroken(self.broken) from e
+        if not chunk:
+            tail = self._stderr.decode("utf-8", "replace")[-300:]
+            self.broken = "the runner exited" + (f": {tail}" if tail else "")
+            raise ChannelBroken(self.broken)
+        self._frames += chunk
+        while len(self._frames) >= 8:
+            stream, size = struct.unpack(">BxxxL", self._frames[:8])
+            if len(self._frames) < 8 + size:
+                break
+            body, self._frames = self._frames[8:8 + size], self._frames[8 + size:]
+            if stream == 2:
+                self._stderr = (self._stderr + body)[-4096:]
+            else:
+                self._lines += body
+        if len(self._lines) > MAX_PENDING_BYTES:
+            self.broken = f"over {MAX_PENDING_BYTES} bytes from the runner without a line end"
+            raise ChannelBroken(self.broken)
