@@ -218,7 +218,9 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
 
         def warm_body() -> dict[str, Any]:
             return rft(tasks=warm_tasks, model=policy["path"], out=run_dir / "warm-start", repos=repos,
-                       policy_version=policy["policy_version"], rft=RFTParams(samples=warm.samples, agent=warm.agent, train=warm.train),
+                       policy_version=policy["policy_version"], rft=RFTParams(samples=warm.samples, agent=warm.agent, train=warm.train,
+                                     # a noisy demonstrator's unfixed runs are the point of it: imitate them too
+                                     require_resolved=warm.agent.demo_give_up == 0),
                        agent=params.agent, seed=params.seed, tracking=params.tracking, parent_run_id=parent_id, step=0,
                        container_label=label, stage="warm-start")
 

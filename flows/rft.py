@@ -44,7 +44,8 @@ def rft(tasks: Path, model: str, out: Path, repos: Path | None = None, policy_ve
                    count=len(trajectories))
     t = rft.train
     train_stage = RFTStage(trajectories=[Path(rolled["store"])], model=model, out=out / "train", seed=seed, **t.stage_fields(),
-                           require_submitted=rft.require_submitted, max_per_task=rft.max_per_task)
+                           require_submitted=rft.require_submitted, max_per_task=rft.max_per_task,
+                           require_resolved=rft.require_resolved)
     selected = select_rft_data(train_stage)
     metrics.update({"rft/kept": float(selected["kept"]), "rft/tasks_kept": float(selected["tasks_kept"])})
     outcome = train_rft_task.with_options(timeout_seconds=t.timeout_s)(train_stage)

@@ -46,7 +46,7 @@ def select_rft_data(stage: RFTStage) -> dict[str, Any]:
     from swerl.train.data import read_trajectories
 
     found = read_trajectories(stage.trajectories)
-    kept, skipped = select_rft(found, RFTConfig(require_submitted=stage.require_submitted,
+    kept, skipped = select_rft(found, RFTConfig(require_submitted=stage.require_submitted, require_resolved=stage.require_resolved,
                                                 mask_format_errors=stage.mask_format_errors, max_per_task=stage.max_per_task))
     return {"trajectories": len(found), "kept": len(kept), "skipped": skipped, "tasks_kept": len({e.instance_id for e in kept})}
 

@@ -8,6 +8,7 @@ reference case. A deterministic policy gives each reply probability 1: log-prob 
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
@@ -208,12 +209,25 @@ class ReplaceDemonstrator:
     The span is chosen from the file as the `open` tool showed it (decoded from the prompt), the
     way an agent would, so the demonstration never relies on text it did not see. A patch that
     is not a one-line change is demonstrated with ``script_from_patch`` instead.
+
+    With ``give_up`` > 0 it is a noisy demonstrator: that fraction of trajectories (chosen by a
+    hash of the trajectory id, so reruns agree) submit right after ``open``, without a fix. A
+    policy imitating it knows the fix but often does not make it, the way an instruct model
+    often stops short; its Pass@k is well above its Pass@1, which is the room RL has to work in.
     """
 
-    def __init__(self, tokenizer, patches: Mapping[str, str]) -> None:
+    def __init__(self, tokenizer, patches: Mapping[str, str], *, give_up: float = 0.0) -> None:
+        if not 0.0 <= give_up <= 1.0:
+            raise ValueError(f"give_up is a probability, got {give_up}")
         self.tokenizer = tokenizer
         self.patches = dict(patches)
+        self.give_up = give_up
         self.changes = {iid: one_line_change(patch) for iid, patch in self.patches.items()}  # parsed once, asked every turn
+
+    def gives_up(self, trajectory_id: str) -> bool:
+        """Whether this trajectory stops after ``open``: a uniform draw from its id's hash."""
+        draw = int.from_bytes(hashlib.sha256(trajectory_id.encode()).digest()[:8], "big") / 2**64
+        return draw < self.give_up
 
     def __call__(self, request: GenerationRequest) -> str:
         instance_id = request.trajectory_id.rsplit("/", 1)[0]
@@ -227,6 +241,8 @@ class ReplaceDemonstrator:
         path, old, new = change
         if request.turn == 0:
             return f"```\nopen {path}\n```"
+        if request.turn == 1 and self.gives_up(request.trajectory_id):
+            return "```\nsubmit\n```"
         if request.turn == 1:
             view = file_view(self.tokenizer.decode(request.prompt_ids, skip_special_tokens=False))
             pair = minimal_replace(view[1], old, new) if view is not None else None

@@ -46,6 +46,8 @@ class AgentParams(BaseModel):
     prompt_dir: Path | None = Field(None, description="Folder overriding the agent's prompt templates (<name>.j2).")
     demo: Literal["edit", "replace"] = Field("edit", description="Engine scripted: `edit` explores then edits the gold patch's "
                                              "lines; `replace` opens the file, replaces the smallest unique span, submits.")
+    demo_give_up: float = Field(0.0, ge=0.0, le=1.0, description="Demo `replace`: the fraction of trajectories that submit "
+                                "right after `open`, unfixed (a noisy demonstrator: the policy it teaches often stops short).")
     chunk_size: int | None = Field(None, ge=1, description="Tasks per rollout task run (None: one chunk); chunks run in parallel on a distributed task runner.")
     timeout_s: float = Field(6 * 3600, ge=60, description="Prefect timeout of one rollout chunk.")
 
@@ -85,6 +87,8 @@ class RFTParams(BaseModel):
     samples: int = Field(4, ge=1, le=1024, description="Trajectories per task for the RFT data.")
     max_per_task: int | None = Field(None, ge=1, description="At most this many resolved runs per task.")
     require_submitted: bool = Field(False, description="Keep only resolved runs that ended with `submit`.")
+    require_resolved: bool = Field(True, description="Keep only resolved runs (rejection sampling); the warm start sets "
+                                   "False to imitate every demonstration, a noisy demonstrator's unfixed ones included.")
     train: TrainParams = Field(default_factory=lambda: TrainParams(lr=5e-6, warmup_steps=10), description="Optimiser.")
 
 

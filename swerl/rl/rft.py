@@ -22,6 +22,8 @@ class RFTConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     require_submitted: bool = Field(False, description="Keep only runs that ended with `submit` (resolved runs that hit a limit are kept otherwise).")
+    require_resolved: bool = Field(True, description="Keep only resolved runs (rejection sampling); False trains on every "
+                                   "graded run, as a warm start does on a noisy demonstrator's.")
     mask_format_errors: bool = Field(True, description="Replies that caused a format error stay in context but out of the loss.")
     max_per_task: int | None = Field(None, ge=1, description="Keep at most this many resolved runs per task (first by sample index).")
     require_exact_ids: bool = Field(True, description="Refuse runs whose ids were re-tokenized from text by an HTTP engine.")
@@ -72,8 +74,10 @@ def select_rft(trajectories: Sequence[Trajectory], config: RFTConfig | None = No
         why[reason] = why.get(reason, 0) + 1
 
     for t in sorted(trajectories, key=lambda t: (t.instance_id, t.sample_index)):
-        if not t.resolved:
-            skip("unresolved" if t.resolved is False else "ungraded")
+        if t.resolved is None:
+            skip("ungraded")
+        elif not t.resolved and config.require_resolved:
+            skip("unresolved")
         elif config.require_submitted and t.exit_reason is not ExitReason.submitted:
             skip(f"not submitted ({t.exit_reason.value})")
         elif config.require_exact_ids and not t.exact_ids:

@@ -45,6 +45,8 @@ class RolloutStage(BaseModel):
     prompt_dir: Path | None = Field(None, description="Folder overriding the prompt templates (<name>.j2).")
     demo: Literal["edit", "replace"] = Field("edit", description="Engine scripted: `edit` explores then edits the patch's lines; "
                                              "`replace` opens the file, replaces the smallest unique span, submits.")
+    demo_give_up: float = Field(0.0, ge=0.0, le=1.0, description="Demo `replace`: the fraction of trajectories that "
+                                "submit right after `open`, unfixed (a noisy demonstrator; see ReplaceDemonstrator).")
     skip_invalid: bool = Field(False, description="Load the valid task records and skip the invalid ones.")
     run_id: str | None = Field(None, description="Labels this run's containers (reaping, cancellation); default: random.")
     instance_ids: list[str] | None = Field(None, description="Only these tasks of the file (a chunk); None: all.")
@@ -90,7 +92,8 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
     images = {iid: o.image for iid, o in outcomes.items() if o.image and not o.error}
     scripts = None
     if stage.engine == "scripted":
-        scripts = (ReplaceDemonstrator(tok, {t.instance_id: t.patch for t in tasks}) if stage.demo == "replace"
+        scripts = (ReplaceDemonstrator(tok, {t.instance_id: t.patch for t in tasks}, give_up=stage.demo_give_up)
+                   if stage.demo == "replace"
                    else {t.instance_id: script_from_patch(t.patch) for t in tasks})
     store_dir = stage.out / "trajectories"
     if on_start is not None:

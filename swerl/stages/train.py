@@ -48,6 +48,7 @@ class RFTStage(TrainCommon):
     require_submitted: bool = Field(False, description="Keep only resolved runs that ended with `submit`.")
     mask_format_errors: bool = Field(True, description="Format-error replies stay in context, out of the loss.")
     max_per_task: int | None = Field(None, ge=1, description="At most this many resolved runs per task.")
+    require_resolved: bool = Field(True, description="Keep only resolved runs; False trains on every graded run (a warm start on noisy demonstrations).")
 
 
 class DAPOStage(TrainCommon):
@@ -132,7 +133,7 @@ def train_rft(stage: RFTStage, on_start: OnStart | None = None, on_step: OnStep 
     from swerl.train import data
 
     found = _read(stage.trajectories, stage.policy_version, exact=False)
-    examples, skipped = select_rft(found, RFTConfig(require_submitted=stage.require_submitted,
+    examples, skipped = select_rft(found, RFTConfig(require_submitted=stage.require_submitted, require_resolved=stage.require_resolved,
                                                     mask_format_errors=stage.mask_format_errors, max_per_task=stage.max_per_task))
     reasons = ", ".join(f"{n} {why}" for why, n in sorted(skipped.items(), key=lambda kv: -kv[1]))
     if not examples:
@@ -141,7 +142,7 @@ def train_rft(stage: RFTStage, on_start: OnStart | None = None, on_step: OnStep 
         on_data(f"kept {len(examples)} of {len(found)} trajectories" + (f"; skipped {reasons}" if reasons else ""))
     rows = data.rft_rows(examples)
     config = trainer_config(stage, "sft", stage.epochs * data.steps_per_epoch(len(rows), stage.batch_size))
-    spec = {"objective": "rft", "require_submitted": stage.require_submitted,
+    spec = {"objective": "rft", "require_submitted": stage.require_submitted, "require_resolved": stage.require_resolved,
             "mask_format_errors": stage.mask_format_errors, "max_per_task": stage.max_per_task}
     return _train(stage, rows, config, spec, {"kept": float(len(rows)), "trajectories": float(len(found))}, on_start, on_step)
 

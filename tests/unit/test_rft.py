@@ -56,3 +56,10 @@ def test_selection_keeps_resolved_runs_and_counts_the_rest():
     kept, why = select_rft(runs, RFTConfig(require_submitted=True, require_exact_ids=False))
     assert [e.trajectory_id for e in kept] == ["a/0", "c/0", "c/1", "c/2"]
     assert why["not submitted (max_turns)"] == 1
+
+
+def test_a_warm_start_on_noisy_demonstrations_keeps_the_unresolved_ones_but_never_the_ungraded():
+    runs = [traj("a", 0), traj("a", 1, resolved=False), traj("b", 0, resolved=None)]
+    kept, why = select_rft(runs, RFTConfig(require_resolved=False))
+    assert [e.trajectory_id for e in kept] == ["a/0", "a/1"]
+    assert why == {"ungraded": 1}

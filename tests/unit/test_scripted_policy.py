@@ -111,3 +111,19 @@ def test_the_demonstrator_edits_by_line_number_when_no_span_of_the_line_is_uniqu
     shown = "[File: /testbed/pkg/mod.py (2 lines total)]\n1:    return days // 24 + extra\n2:    return days // 24 + extra\n"
     assert demo(_request(1, shown)) == ("Applying the change at line 5.\n```\nedit 5:5 <<'SWERL_EOF'\n"
                                         "    return days * 24 + extra\nSWERL_EOF\n```")
+
+
+def test_a_noisy_demonstrator_gives_up_after_open_on_a_fixed_share_of_trajectories():
+    shown = ("[File: /testbed/pkg/mod.py (4 lines total)]\n1:\n2:\n3:def hours(days, extra=0):\n"
+             "4:    return days // 24 + extra\n(Open file: /testbed/pkg/mod.py)")
+    noisy = ReplaceDemonstrator(_Tok(), {"pkg__mod-1": ONE_LINE}, give_up=0.5)
+    # the draw hashes the trajectory id: the same samples give up on every rerun, about half of them
+    assert sum(noisy.gives_up(f"pkg__mod-1/{i}") for i in range(200)) == 90
+    assert [i for i in range(8) if noisy.gives_up(f"pkg__mod-1/{i}")] == [0, 2, 3, 7]
+    quitter = GenerationRequest("r", [ord(c) for c in shown], 64, trajectory_id="pkg__mod-1/2", turn=1)
+    assert noisy(quitter) == "```\nsubmit\n```"
+    assert noisy(_request(0)) == "```\nopen pkg/mod.py\n```"  # it still opens the right file first
+    assert ReplaceDemonstrator(_Tok(), {"pkg__mod-1": ONE_LINE}, give_up=1.0)(_request(1, shown)) == "```\nsubmit\n```"
+    assert ReplaceDemonstrator(_Tok(), {"pkg__mod-1": ONE_LINE}, give_up=0.0)(_request(1, shown)) == "```\nreplace // '*'\n```"
+    with pytest.raises(ValueError, match="give_up is a probability, got 1.5"):
+        ReplaceDemonstrator(_Tok(), {}, give_up=1.5)
