@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/bench_learning.py [--params deployments/learning.yaml] [--seeds 0 1 2] [--no-ablation]
 
-For each seed, runs the pipeline flow of ``--params`` (curriculum, tiny model and sampling
-seeded by it) and prints a table: stage, held-out Pass@1, its standard error over runs, and
+For each seed, runs the pipeline flow of ``--params`` with its sampling seeded by it; the
+curriculum and the warm start are the first seed's (``--fresh-start``: each seed's own), and
+prints a table: stage, held-out Pass@1, its standard error over runs, and
 the stage's wall time. With the ablation, the same seed's RFT checkpoint then goes through the
 same number of iterations with a plain GRPO-style update (symmetric clipping, zero-advantage
 samples kept, sequence-mean loss) and the two are printed side by side. Every figure comes
@@ -40,6 +41,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--no-ablation", action="store_true")
     ap.add_argument("--run-root", type=Path, default=Path("runs/learning"))
+    ap.add_argument("--fresh-start", action="store_true",
+                    help="each seed generates its own curriculum and warm start; by default every seed starts from the "
+                         "first seed's warm-started policy, as every run in the paper starts from one instruct model")
     args = ap.parse_args()
     for key, value in {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90"}.items():
@@ -50,15 +54,22 @@ def main() -> None:
 
     base = yaml.safe_load(args.params.read_text())
     results = {}
+    shared_start: str | None = None
     for seed in args.seeds:
         data = {**base, "name": f"{base.get('name', 'learning').rsplit('-s', 1)[0]}-s{seed}", "seed": seed,
                 "run_root": str(args.run_root)}
-        data["curriculum"] = {**data.get("curriculum", {}), "seed": seed}
-        data["tiny_model"] = {**data.get("tiny_model", {}), "seed": seed}
+        if args.fresh_start:
+            data["curriculum"] = {**data.get("curriculum", {}), "seed": seed}
+            data["tiny_model"] = {**data.get("tiny_model", {}), "seed": seed}
+        elif shared_start is not None:  # same curriculum (its seed is the file's), same starting policy
+            data.update({"model": shared_start, "warm_start": None})
         params = PipelineParams.model_validate(data)
         t0 = time.monotonic()
         summary = pipeline(params)
         results[seed] = {"dapo": summary, "wall": time.monotonic() - t0}
+        warm_policy = params.run_dir / "warm-start" / "train" / "final"
+        if not args.fresh_start and shared_start is None and warm_policy.is_dir():
+            shared_start = str(warm_policy.resolve())
         if not args.no_ablation:
             rft_policy = params.run_dir / "rft" / "train" / "final"
             grpo = params.model_copy(update={
