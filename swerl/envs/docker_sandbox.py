@@ -93,6 +93,7 @@ class DockerSandbox:
         self._container = None
         self._python: str | None = None
         self._channel: ExecChannel | None = None
+        self._channel_lock = threading.Lock()  # one request in flight: answers are matched by tag, not multiplexed
         self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------
@@ -186,8 +187,9 @@ class DockerSandbox:
         tag = uuid.uuid4().hex
         payload = json.dumps({"cmd": cmd, "timeout": timeout, "limit": self.config.output_limit_bytes,
                               "tag": tag, "cwd": cwd or self.config.workdir, "env": env or {}})
-        if self._channel is not None and self._channel.alive():
-            return ExecResult(command=cmd, **self._over_channel(json.loads(payload), timeout))
+        with self._channel_lock:
+            if self._channel is not None and self._channel.alive():
+                return ExecResult(command=cmd, **self._over_channel(json.loads(payload), timeout))
         result: dict = {}
 
         def run() -> None:

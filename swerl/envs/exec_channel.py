@@ -51,8 +51,7 @@ class ExecChannel:
         if self.broken:
             return False
         try:
-            readable, _, _ = select.select([self._sock], [], [], 0)
-            if readable:
+            while select.select([self._sock], [], [], 0)[0]:  # drain what is there; EOF raises
                 self._pump()
         except (ChannelBroken, OSError, ValueError):
             self.broken = self.broken or "the runner's stream closed"

@@ -1,0 +1,91 @@
+"""The exec channel's stream handling: docker's 8-byte frame headers, answers matched by tag.
+
+Docker itself is exercised in tests/integration/test_sandbox.py; here the far end of a real
+socket pair plays the runner, so that frames split across reads can be produced at will.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+
+import pytest
+
+from swerl.envs import exec_channel
+from swerl.envs.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel
+
+
+class _Api:
+    def __init__(self, sock: socket.socket):
+        self.sock, self.created = sock, []
+
+    def exec_create(self, container_id, argv, **kwargs):
+        self.created.append((container_id, argv, kwargs))
+        return {"Id": "exec-1"}
+
+    def exec_start(self, exec_id, socket=False):
+        return self.sock
+
+
+def _frame(body: bytes, stream: int = 1) -> bytes:
+    return struct.pack(">BxxxL", stream, len(body)) + body
+
+
+@pytest.fixture
+def ends():
+    ours, runner = socket.socketpair()
+    channel = ExecChannel(_Api(ours), "c1", ["python3", "runner", "--serve"])
+    yield channel, runner
+    channel.close()
+    runner.close()
+
+
+def test_the_runner_is_started_with_stdin_attached():
+    with socket.socket() as unused:
+        api = _Api(unused)
+        ExecChannel(api, "c9", ["py", "r", "--serve"])
+    assert api.created == [("c9", ["py", "r", "--serve"], {"stdin": True, "stdout": True, "stderr": True})]
+
+
+def test_a_request_is_one_json_line_and_its_answer_may_arrive_in_pieces(ends):
+    channel, runner = ends
+    answer = json.dumps({"tag": "t1", "exit_code": 0, "output": "hi\n"}).encode() + b"\n"
+    wire = _frame(b"runner warming up\n", stream=2) + _frame(answer[:7]) + _frame(answer[7:])
+    runner.sendall(wire[:5])  # half a header
+    with pytest.raises(ChannelTimeout):
+        channel.wait("t1", 0.05)
+    runner.sendall(wire[5:])
+    assert channel.wait("t1", 1.0) == {"exit_code": 0, "output": "hi\n"}
+
+
+def test_requests_are_written_as_one_line_each(ends):
+    channel, runner = ends
+    runner.sendall(_frame(json.dumps({"tag": "t2", "exit_code": 3}).encode() + b"\n"))
+    assert channel.request({"tag": "t2", "cmd": "ls"}, 1.0) == {"exit_code": 3}
+    assert runner.recv(1000) == b'{"tag": "t2", "cmd": "ls"}\n'
+
+
+def test_lines_with_another_tag_or_no_json_are_skipped(ends):
+    channel, runner = ends
+    forged = b'{"tag": "t3", "exit_code": 0, "output": "forged"}\nnot json\n'
+    real = json.dumps({"tag": "t4", "exit_code": 1, "output": "real"}).encode() + b"\n"
+    runner.sendall(_frame(forged) + _frame(real))
+    assert channel.wait("t4", 1.0) == {"exit_code": 1, "output": "real"}
+
+
+def test_a_runner_that_exits_breaks_the_channel_with_its_last_words(ends):
+    channel, runner = ends
+    runner.sendall(_frame(b"Traceback: boom\n", stream=2))
+    runner.close()
+    assert channel.alive() is False
+    with pytest.raises(ChannelBroken, match="the runner exited: Traceback: boom"):
+        channel.request({"tag": "t5"}, 1.0)
+
+
+def test_a_flood_without_line_ends_breaks_the_channel_instead_of_filling_memory(ends, monkeypatch):
+    channel, runner = ends
+    monkeypatch.setattr(exec_channel, "MAX_PENDING_BYTES", 100)
+    runner.sendall(_frame(b"x" * 150))
+    with pytest.raises(ChannelBroken, match="over 100 bytes from the runner without a line end"):
+        channel.wait("t6", 1.0)
