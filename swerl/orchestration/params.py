@@ -68,6 +68,7 @@ class TrainParams(BaseModel):
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward.")
     zero_stage: int = Field(3, ge=1, le=3, description="DeepSpeed ZeRO stage.")
     keep_last: int = Field(0, ge=0, description="Keep only the newest N step checkpoints (0: all).")
+    save_every: int = Field(1, ge=1, le=1_000_000, description="Write a checkpoint every N steps and at the last.")
     timeout_s: float = Field(24 * 3600, ge=60, description="Prefect timeout of the training task.")
 
     def stage_fields(self) -> dict:

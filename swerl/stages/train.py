@@ -38,6 +38,8 @@ class TrainCommon(BaseModel):
     device: str = Field("auto", description="Torch backend device: cpu, cuda, cuda:N or auto.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward.")
     keep_last: int = Field(0, ge=0, description="Keep only the newest N step checkpoints (0: all).")
+    save_every: int = Field(1, ge=1, le=1_000_000, description="Write a checkpoint every N steps and at the last "
+                            "(a long supervised run need not write one per step).")
     zero_stage: int = Field(3, ge=1, le=3, description="DeepSpeed ZeRO stage.")
     iteration: int = Field(0, ge=0, description="The RL iteration, recorded in checkpoints and metrics.")
 
@@ -119,7 +121,7 @@ def _train(stage: TrainCommon, rows, config: TrainerConfig, spec: dict, extra: d
         result: RunResult = train_run(
             stage.model, config, stage.out, lambda e: data.epoch_batches(rows, stage.batch_size, stage.seed, e), stage.epochs,
             data.steps_per_epoch(len(rows), stage.batch_size), spec=spec, iteration=stage.iteration, extra_metrics=extra,
-            keep_last=stage.keep_last, on_start=on_start, on_step=on_step)
+            keep_last=stage.keep_last, save_every=stage.save_every, on_start=on_start, on_step=on_step)
     except RunMismatchError as e:
         raise StageInputError(str(e)) from e
     return TrainOutcome(out=result.out, final=result.final, steps=result.steps, new_steps=result.new_steps, rows=len(rows),

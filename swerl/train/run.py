@@ -103,7 +103,7 @@ def _prune(out: Path, keep_last: int) -> None:
 
 def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Callable[[int], list[TrainBatch]],
               epochs: int, steps_per_epoch: int, *, spec: Mapping[str, Any], iteration: int = 0,
-              extra_metrics: Mapping[str, float] | None = None, keep_last: int = 0,
+              extra_metrics: Mapping[str, float] | None = None, keep_last: int = 0, save_every: int = 1,
               on_start: Callable[[int, int], None] | None = None,
               on_step: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     """Train ``epochs`` epochs of ``batches(epoch)`` (``steps_per_epoch`` each) from ``model``
@@ -111,8 +111,12 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
 
     ``spec`` describes the data and settings (JSON); a resume refuses an ``out`` whose
     ``run.json`` differs in anything but ``epochs``. ``on_start(steps_done, steps_total)``
-    runs before training, ``on_step(metrics)`` after each checkpoint.
+    runs before training, ``on_step(metrics)`` after each step. A checkpoint is written every
+    ``save_every`` steps and at the last; a crash loses at most the steps since the last one
+    (their metrics lines are dropped on resume and the steps redone).
     """
+    if save_every < 1:
+        raise ValueError(f"save_every must be at least 1, got {save_every}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     total = epochs * steps_per_epoch
@@ -132,8 +136,8 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
         try:
             if resumed is not None:
                 trainer.load(resumed)
-                if writer:
-                    _truncate_metrics(out, trainer.step)
+            if writer:  # lines of steps after the last checkpoint (or before the first) are redone
+                _truncate_metrics(out, trainer.step)
             while epoch < epochs:
                 epoch_rows = batches(epoch)
                 while next_batch < len(epoch_rows):
@@ -147,9 +151,10 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
                     if writer:
                         with (out / METRICS_FILE).open("a", encoding="utf-8") as f:
                             f.write(json.dumps(record) + "\n")
-                    trainer.save(step_dir(out, trainer.step), iteration=iteration, data_position=position)
-                    if writer:
-                        _prune(out, keep_last)
+                    if trainer.step % save_every == 0 or trainer.step >= total:
+                        trainer.save(step_dir(out, trainer.step), iteration=iteration, data_position=position)
+                        if writer:
+                            _prune(out, keep_last)
                     result.metrics.append(record)
                     result.new_steps += 1
                     if on_step:

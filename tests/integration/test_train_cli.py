@@ -188,3 +188,23 @@ def test_dapo_reward_file_overrides_and_refusals(stores, tiny_model_dir, tmp_pat
     assert len(metrics(out)) == 3  # 6 rows in steps of 2
     code, text = swerl("train", "dapo", "--trajectories", stores["bad"], "--model", tiny_model_dir, "--out", tmp_path / "y", *FAST)
     assert code == 2 and "re-tokenized" in text and "a/1" in text, text
+
+
+def test_a_long_run_checkpoints_every_n_steps_and_a_crash_redoes_only_the_unsaved_ones(stores, tiny_model_dir, tmp_path):
+    from swerl.stages.train import RFTStage, train_rft
+
+    out = tmp_path / "sparse"
+    stage = RFTStage(trajectories=[Path(stores["run"])], model=str(tiny_model_dir), out=out, epochs=2, batch_size=2, lr=1e-3,
+                     lr_schedule="constant", warmup_steps=0, device="cpu", max_tokens_per_microbatch=512, save_every=4)
+    train_rft(stage)
+    # 5 kept runs in batches of 2: 3 steps an epoch, 6 in all; saved at step 4 and at the last
+    assert sorted(p.name for p in out.glob("step-*")) == ["step-000004", "step-000006"]
+    assert [m["step"] for m in metrics(out)] == [1, 2, 3, 4, 5, 6]
+    done = weights(out / "step-000006")
+
+    shutil.rmtree(out / "step-000006")  # a crash after step 6's metrics line, before its checkpoint
+    (out / "final").unlink()
+    train_rft(stage)
+    assert [m["step"] for m in metrics(out)] == [1, 2, 3, 4, 5, 6]  # 5 and 6 redone, not duplicated
+    again = weights(out / "step-000006")
+    assert all(torch.equal(again[k], done[k]) for k in done), "the resumed run diverged"
