@@ -42,12 +42,11 @@ def _outcome(fn, stage) -> dict[str, Any]:
 @task(name="select-rft-data", cache_policy=NO_CACHE)
 def select_rft_data(stage: RFTStage) -> dict[str, Any]:
     """Which trajectories RFT keeps, and why the others are left out (recorded before training)."""
-    from swerl.rl.rft import RFTConfig, select_rft
+    from swerl.rl.rft import select_rft
     from swerl.train.data import read_trajectories
 
     found = read_trajectories(stage.trajectories)
-    kept, skipped = select_rft(found, RFTConfig(require_submitted=stage.require_submitted, require_resolved=stage.require_resolved,
-                                                mask_format_errors=stage.mask_format_errors, max_per_task=stage.max_per_task))
+    kept, skipped = select_rft(found, stage.selection())
     return {"trajectories": len(found), "kept": len(kept), "skipped": skipped, "tasks_kept": len({e.instance_id for e in kept})}
 
 

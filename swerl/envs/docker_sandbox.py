@@ -185,16 +185,16 @@ class DockerSandbox:
             raise SandboxError("exec on a sandbox that is not running; use it inside `with`")
         timeout = self.config.default_timeout_s if timeout is None else timeout
         tag = uuid.uuid4().hex
-        payload = json.dumps({"cmd": cmd, "timeout": timeout, "limit": self.config.output_limit_bytes,
-                              "tag": tag, "cwd": cwd or self.config.workdir, "env": env or {}})
+        request = {"cmd": cmd, "timeout": timeout, "limit": self.config.output_limit_bytes,
+                   "tag": tag, "cwd": cwd or self.config.workdir, "env": env or {}}
         with self._channel_lock:
             if self._channel is not None and self._channel.alive():
-                return ExecResult(command=cmd, **self._over_channel(json.loads(payload), timeout))
+                return ExecResult(command=cmd, **self._over_channel(request, timeout))
         result: dict = {}
 
         def run() -> None:
             try:
-                result["raw"] = self._container.exec_run([self._python, "-I", "-S", RUNNER, payload], demux=False)
+                result["raw"] = self._container.exec_run([self._python, "-I", "-S", RUNNER, json.dumps(request)], demux=False)
             except Exception as e:  # surfaced below as an infrastructure error
                 result["error"] = e
 
@@ -202,7 +202,7 @@ class DockerSandbox:
         worker.start()
         worker.join(timeout + HOST_GRACE_S)
         if worker.is_alive():  # the runner itself is stuck: kill from outside, then give up on the container
-            self._container.exec_run([self._python, "-I", "-S", RUNNER, json.dumps({"kill_tag": tag})])
+            self._kill_tagged(tag)
             worker.join(HOST_GRACE_S)
             if worker.is_alive():
                 self.close()
@@ -217,13 +217,17 @@ class DockerSandbox:
             raise SandboxError(f"sandbox runner failed (exit {code}): {' '.join(text)[-500:]}") from e
         return ExecResult(command=cmd, **data)
 
+    def _kill_tagged(self, tag: str) -> None:
+        """Kill every process of the command carrying ``tag``, through a one-shot runner."""
+        self._container.exec_run([self._python, "-I", "-S", RUNNER, json.dumps({"kill_tag": tag})])
+
     def _over_channel(self, payload: dict, timeout: float) -> dict:
         channel = self._channel
         try:
             try:
                 data = channel.request(payload, timeout + HOST_GRACE_S)
             except ChannelTimeout:  # the runner is stuck: kill from outside, as for one exec
-                self._container.exec_run([self._python, "-I", "-S", RUNNER, json.dumps({"kill_tag": payload["tag"]})])
+                self._kill_tagged(payload["tag"])
                 try:
                     data = channel.wait(payload["tag"], HOST_GRACE_S)
                 except ChannelTimeout:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from swerl.rl.rewards import RewardConfig
+from swerl.rl.rft import RFTConfig
 from swerl.stages.errors import NothingToTrainError, StageInputError
 from swerl.train import TrainerConfig
 from swerl.train.run import RunMismatchError, RunResult
@@ -51,6 +52,11 @@ class RFTStage(TrainCommon):
     mask_format_errors: bool = Field(True, description="Format-error replies stay in context, out of the loss.")
     max_per_task: int | None = Field(None, ge=1, description="At most this many resolved runs per task.")
     require_resolved: bool = Field(True, description="Keep only resolved runs; False trains on every graded run (a warm start on noisy demonstrations).")
+
+    def selection(self) -> RFTConfig:
+        """The RFTConfig these fields describe (which runs are kept, what is trained on)."""
+        return RFTConfig(require_submitted=self.require_submitted, require_resolved=self.require_resolved,
+                         mask_format_errors=self.mask_format_errors, max_per_task=self.max_per_task)
 
 
 class DAPOStage(TrainCommon):
@@ -131,12 +137,11 @@ def _train(stage: TrainCommon, rows, config: TrainerConfig, spec: dict, extra: d
 def train_rft(stage: RFTStage, on_start: OnStart | None = None, on_step: OnStep | None = None,
               on_data: Callable[[str], None] | None = None) -> TrainOutcome:
     """Rejection fine-tuning on the resolved trajectories (minus mean log-prob of their replies)."""
-    from swerl.rl.rft import RFTConfig, select_rft
+    from swerl.rl.rft import select_rft
     from swerl.train import data
 
     found = _read(stage.trajectories, stage.policy_version, exact=False)
-    examples, skipped = select_rft(found, RFTConfig(require_submitted=stage.require_submitted, require_resolved=stage.require_resolved,
-                                                    mask_format_errors=stage.mask_format_errors, max_per_task=stage.max_per_task))
+    examples, skipped = select_rft(found, stage.selection())
     reasons = ", ".join(f"{n} {why}" for why, n in sorted(skipped.items(), key=lambda kv: -kv[1]))
     if not examples:
         raise NothingToTrainError(f"no resolved trajectory kept among {len(found)}: {reasons}")
