@@ -2,6 +2,8 @@
 
 Prefect caches each result under a key computed from what the work depends on, so an
 unchanged task set is neither rebuilt nor revalidated, in this flow run or any later one.
+Validation verdicts are also cached per task by swerl itself (``default_cache_dir()``), so a
+new run folder, or a task set that shares tasks with an earlier one, grades only new tasks.
 The image key also covers the images' presence: after ``swerl images prune`` it changes
 and the build runs again (Docker tags are content hashes, so that rebuild is exact).
 """
@@ -90,15 +92,15 @@ def validate_tasks_task(tasks: Path, manifest: Path, runs: int, out: Path, concu
     import uuid
 
     from swerl.grading.grader import GradingConfig
-    from swerl.grading.validate import ValidationConfig, validate_tasks
+    from swerl.grading.validate import ValidationConfig, default_cache_dir, validate_tasks
     from swerl.stages.images import load_task_file, read_manifest
 
     task_list = load_task_file(tasks)
     images = read_manifest(manifest)
-    config = ValidationConfig(runs=runs, concurrency=concurrency, grading=GradingConfig(
+    config = ValidationConfig(runs=runs, concurrency=concurrency, cache_dir=default_cache_dir(), grading=GradingConfig(
         run_tests_without_patch=True, log_dir=log_dir / "validate"))
     config.grading.sandbox.run_id = f"validate-{uuid.uuid4().hex[:8]}"
     report = validate_tasks(task_list, {t.instance_id: images.get(t.instance_id) for t in task_list}, config)
     report.write(out)
     return {"valid": report.valid, "total": report.total, "invalid": [v.instance_id for v in report.tasks if not v.valid],
-            "report": str(out)}
+            "report": str(out), "cached": report.cached}

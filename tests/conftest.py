@@ -18,6 +18,10 @@ if "PREFECT_HOME" not in os.environ:
     import tempfile
 
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="swerl-test-prefect-")
+if "SWERL_CACHE_DIR" not in os.environ:  # validation verdicts: no test may reuse another session's
+    import tempfile
+
+    os.environ["SWERL_CACHE_DIR"] = tempfile.mkdtemp(prefix="swerl-test-cache-")
 
 
 @pytest.fixture(scope="session")

@@ -135,16 +135,19 @@ def tasks_validate(
     out: Path = typer.Option(..., "--out", help="Where the JSON report is written."),
     concurrency: int = ParallelOpt, log_dir: Path = LogDirOpt, skip_invalid: bool = SkipOpt,
     timeout: float = typer.Option(900.0, "--timeout", help="Seconds allowed for one test run."),
+    cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse verdicts cached by content under "
+                               "$SWERL_CACHE_DIR/validation (default ~/.cache/swerl/validation)."),
 ) -> None:
     """Grade each task's gold patch N times and its empty patch once; report invalid and flaky tasks."""
     from swerl.grading.grader import GradingConfig
-    from swerl.grading.validate import ValidationConfig, validate_tasks
+    from swerl.grading.validate import ValidationConfig, default_cache_dir, validate_tasks
 
     _docker_ready()
     task_list = _load(tasks, skip_invalid)
     outcomes = _build(task_list, _image_config(repos, ca_cert, concurrency, log_dir))
     config = ValidationConfig(runs=runs, concurrency=concurrency, grading=GradingConfig(
-        run_tests_without_patch=True, log_dir=log_dir / "validate", test_timeout_s=timeout))
+        run_tests_without_patch=True, log_dir=log_dir / "validate", test_timeout_s=timeout),
+        cache_dir=default_cache_dir() if cache else None)
     config.grading.sandbox.run_id = f"validate-{uuid.uuid4().hex[:8]}"
     with bar("grading", len(task_list) * (runs + 1)) as advance:
         report = validate_tasks(
@@ -158,7 +161,8 @@ def tasks_validate(
         table.add_row(v.instance_id, "yes" if v.valid else "[red]no[/]", f"{sum(v.gold_resolved)}/{len(v.gold_resolved)}",
                       "resolved" if v.empty_resolved else "unresolved", v.reason[:120])
     Console(stderr=True).print(table)
-    console.print(f"{report.valid}/{report.total} task(s) valid; report: {out}")
+    reused = f" ({report.cached} verdict(s) from the cache)" if report.cached else ""
+    console.print(f"{report.valid}/{report.total} task(s) valid{reused}; report: {out}")
     raise typer.Exit(0 if report.invalid == 0 else 1)
 
 

@@ -253,8 +253,13 @@ def grade_prediction(task: Task, patch: str | None, image: str, config: GradingC
 
 
 def grade_many(jobs: Sequence[tuple[Task, str | None, str | None, str]], config: GradingConfig, *, concurrency: int = 2,
-               progress: Callable[[GradeResult], None] | None = None) -> list[GradeResult]:
-    """Grade (task, patch, image, model_name) jobs in parallel; a job without an image is an infra error."""
+               progress: Callable[[GradeResult], None] | None = None,
+               on_result: Callable[[int, GradeResult], None] | None = None) -> list[GradeResult]:
+    """Grade (task, patch, image, model_name) jobs in parallel; a job without an image is an infra error.
+
+    ``on_result(job_index, result)`` is called once per job as it finishes, under a lock.
+    """
+    lock = threading.Lock()
     slots = concurrency_slots(concurrency)
 
     def one(job: tuple[Task, str | None, str | None, str], index: int) -> GradeResult:
@@ -267,6 +272,9 @@ def grade_many(jobs: Sequence[tuple[Task, str | None, str | None, str]], config:
                                    log_subdir=f"{_safe(model or 'prediction')}-{index}")
         if progress:
             progress(res)
+        if on_result:
+            with lock:
+                on_result(index, res)
         return res
 
     with ThreadPoolExecutor(concurrency) as pool:

@@ -3,11 +3,19 @@
 A task is valid when every gold run resolves it, the empty patch does not, at least one
 FAIL_TO_PASS test fails without the fix, and no listed test changes status between the
 gold runs (flaky tests make a noisy reward).
+
+Verdicts can be cached by content (``ValidationConfig.cache_dir``): the key covers the task
+record, its image tag (a hash of the image's build inputs), the number of gold runs and the
+grading settings, so a task set validated once is not graded again by a later run, and a
+crash mid-validation keeps every verdict already reached. Verdicts touched by an
+infrastructure error are never cached: they say nothing about the task.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -27,6 +35,48 @@ class ValidationConfig(BaseModel):
     runs: int = Field(3, ge=1, le=100, description="Gold-patch runs per task (the paper used 50 for flakiness).")
     concurrency: int = Field(2, ge=1, le=64, description="Sandboxes graded at once.")
     grading: GradingConfig = Field(default_factory=lambda: GradingConfig(run_tests_without_patch=True))
+    cache_dir: Path | None = Field(None, description="Verdict cache keyed by content (None: no cache); see "
+                                   "default_cache_dir().")
+
+
+def default_cache_dir() -> Path:
+    """``$SWERL_CACHE_DIR/validation``, else ``~/.cache/swerl/validation`` (the Hugging Face convention)."""
+    root = os.environ.get("SWERL_CACHE_DIR")
+    return (Path(root) if root else Path.home() / ".cache" / "swerl") / "validation"
+
+
+def verdict_key(task: Task, image: str, config: ValidationConfig) -> str:
+    """What a verdict depends on: the task record, the image tag, the gold runs, the grading settings."""
+    grading = config.grading.model_dump(mode="json", exclude={"log_dir"})
+    grading["sandbox"].pop("run_id", None)
+    h = hashlib.sha256(b"swerl-validation-v1\0")
+    for part in (task.model_dump_json(), image, str(config.runs), json.dumps(grading, sort_keys=True)):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+class VerdictCache:
+    """One JSON file per verdict, written atomically, so concurrent or crashed runs never see half a file."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> TaskValidation | None:
+        try:
+            return TaskValidation.model_validate_json(self._path(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # absent or unreadable: validate again
+            return None
+
+    def put(self, key: str, verdict: TaskValidation) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(verdict.model_dump_json(), encoding="utf-8")
+        os.replace(tmp, path)
 
 
 class TaskValidation(BaseModel):
@@ -50,6 +100,7 @@ class ValidationReport(BaseModel):
     invalid: int
     runs: int
     tasks: list[TaskValidation]
+    cached: int = Field(0, description="Verdicts taken from the cache, not graded this time.")
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -89,29 +140,53 @@ def verdict(task: Task, image: str | None, gold: list[GradeResult], empty: Grade
     return v
 
 
+def _verdict_of(task: Task, image: str | None, got: list[GradeResult], build_error: str | None = None) -> TaskValidation:
+    gold = [r for r in got if r.model_name_or_path == GOLD]
+    empty = next((r for r in got if r.model_name_or_path == EMPTY), None)
+    return verdict(task, image, gold, empty, build_error)
+
+
 def validate_tasks(tasks: Sequence[Task], images: dict[str, str | None], config: ValidationConfig, *,
                    build_errors: dict[str, str] | None = None,
                    progress: Callable[[GradeResult], None] | None = None) -> ValidationReport:
-    """Grade gold and empty patches for every task with an image; tasks without one are invalid."""
+    """Grade gold and empty patches for every task with an image; tasks without one are invalid.
+
+    With ``config.cache_dir``, tasks whose verdict is cached are not graded, and each new
+    verdict is cached as soon as its task's last run is graded.
+    """
     build_errors = build_errors or {}
+    cache = VerdictCache(config.cache_dir) if config.cache_dir else None
+    keys = {t.instance_id: verdict_key(t, images[t.instance_id], config)
+            for t in tasks if cache and images.get(t.instance_id)}
+    cached = {iid: v for iid, key in keys.items() if (v := cache.get(key)) is not None} if cache else {}
     jobs = []
     for task in tasks:
         image = images.get(task.instance_id)
-        if image is None:
+        if image is None or task.instance_id in cached:
             continue
         jobs += [(task, task.patch, image, f"{GOLD}") for _ in range(config.runs)]
         jobs.append((task, "", image, EMPTY))
-    results = grade_many(jobs, config.grading, concurrency=config.concurrency, progress=progress)
     by_task: dict[str, list[GradeResult]] = {}
-    for (task, _, _, kind), res in zip(jobs, results):
+    expected = {t.instance_id: config.runs + 1 for t in tasks}
+    by_id = {t.instance_id: t for t in tasks}
+
+    def done(job_index: int, res: GradeResult) -> None:
+        task, _, image, kind = jobs[job_index]
         res.model_name_or_path = kind
-        by_task.setdefault(task.instance_id, []).append(res)
+        got = by_task.setdefault(task.instance_id, [])
+        got.append(res)
+        if cache and len(got) == expected[task.instance_id] and \
+                not any(r.failure_class is FailureClass.INFRA_ERROR for r in got):
+            cache.put(keys[task.instance_id], _verdict_of(by_id[task.instance_id], image, got))
+
+    grade_many(jobs, config.grading, concurrency=config.concurrency, progress=progress, on_result=done)
     verdicts = []
     for task in tasks:
-        got = by_task.get(task.instance_id, [])
-        gold = [r for r in got if r.model_name_or_path == GOLD]
-        empty = next((r for r in got if r.model_name_or_path == EMPTY), None)
+        if task.instance_id in cached:
+            verdicts.append(cached[task.instance_id])
+            continue
         error = build_errors.get(task.instance_id) or (None if task.instance_id in images and images[task.instance_id] else "no image")
-        verdicts.append(verdict(task, images.get(task.instance_id), gold, empty, error))
+        verdicts.append(_verdict_of(task, images.get(task.instance_id), by_task.get(task.instance_id, []), error))
     valid = sum(v.valid for v in verdicts)
-    return ValidationReport(total=len(verdicts), valid=valid, invalid=len(verdicts) - valid, runs=config.runs, tasks=verdicts)
+    return ValidationReport(total=len(verdicts), valid=valid, invalid=len(verdicts) - valid, runs=config.runs, tasks=verdicts,
+                            cached=len(cached))

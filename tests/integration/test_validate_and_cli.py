@@ -111,3 +111,23 @@ def test_a_broken_test_patch_is_an_infra_error(demo_tasks, demo_images):
     res = grade_prediction(bad, bad.patch, demo_images[task.instance_id], GradingConfig())
     assert res.failure_class == FailureClass.INFRA_ERROR
     assert "the task's test patch does not apply to base_commit" in res.reason
+
+
+def test_validation_verdicts_are_cached_by_content_and_infra_errors_are_not(demo_tasks, demo_images, tmp_path):
+    good, other = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[:2]
+    images = {good.instance_id: demo_images[good.instance_id], other.instance_id: "swerl-no-such-image:missing"}
+    config = ValidationConfig(runs=1, cache_dir=tmp_path / "cache")
+    graded: list[str] = []
+    first = validate_tasks([good, other], images, config, progress=lambda r: graded.append(r.instance_id))
+    assert sorted(graded) == sorted([good.instance_id] * 2 + [other.instance_id] * 2)
+    assert [v.valid for v in first.tasks] == [True, False] and first.cached == 0
+
+    graded.clear()
+    again = validate_tasks([good, other], images, config, progress=lambda r: graded.append(r.instance_id))
+    assert graded == [other.instance_id] * 2  # the infra-error verdict was not cached: graded again
+    assert again.cached == 1 and again.tasks[0] == first.tasks[0]
+
+    graded.clear()
+    edited = good.model_copy(update={"PASS_TO_PASS": good.PASS_TO_PASS[:-1]})
+    validate_tasks([edited], images, config, progress=lambda r: graded.append(r.instance_id))
+    assert graded == [good.instance_id] * 2  # a changed task record is a new verdict

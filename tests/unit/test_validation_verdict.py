@@ -1,5 +1,7 @@
 """How gold and empty gradings combine into a task verdict (no Docker)."""
 
+from pathlib import Path
+
 from swerl.data.task import Task
 from swerl.grading.results import FailureClass, GradeResult, TestDetail
 from swerl.grading.validate import verdict
@@ -46,3 +48,49 @@ def test_a_failed_image_build_makes_the_task_invalid_with_the_build_error():
 def test_infrastructure_errors_are_reported_as_such():
     v = verdict(TASK, "img", [graded("MISSING", cls=FailureClass.INFRA_ERROR)], graded("FAILED"))
     assert v.valid is False and v.reason.startswith("infrastructure error")
+
+
+# --- the verdict cache -------------------------------------------------------------------------
+
+def test_the_verdict_key_covers_task_image_runs_and_grading_but_not_log_dir_or_run_id(tmp_path):
+    from swerl.grading.grader import GradingConfig
+    from swerl.grading.validate import ValidationConfig, verdict_key
+
+    base = ValidationConfig(runs=1)
+    key = verdict_key(TASK, "img:1", base)
+    assert len(key) == 64
+    relabelled = ValidationConfig(runs=1, grading=GradingConfig(run_tests_without_patch=True, log_dir=tmp_path),
+                                  cache_dir=tmp_path)
+    relabelled.grading.sandbox.run_id = "validate-elsewhere"
+    assert verdict_key(TASK, "img:1", relabelled) == key
+    changed = [
+        verdict_key(TASK.model_copy(update={"PASS_TO_PASS": ["t.py::other"]}), "img:1", base),
+        verdict_key(TASK.model_copy(update={"patch": "diff"}), "img:1", base),
+        verdict_key(TASK, "img:2", base),
+        verdict_key(TASK, "img:1", ValidationConfig(runs=2)),
+        verdict_key(TASK, "img:1", ValidationConfig(runs=1, grading=GradingConfig(run_tests_without_patch=True,
+                                                                                  test_timeout_s=5))),
+    ]
+    assert len({key, *changed}) == 6
+
+
+def test_the_verdict_cache_round_trips_and_treats_a_corrupt_entry_as_absent(tmp_path):
+    from swerl.grading.validate import VerdictCache
+
+    cache = VerdictCache(tmp_path)
+    v = verdict(TASK, "img", [graded("PASSED")], graded("FAILED"))
+    assert cache.get("ab" * 32) is None
+    cache.put("ab" * 32, v)
+    assert cache.get("ab" * 32) == v
+    assert [p.name for p in (tmp_path / "ab").iterdir()] == ["ab" * 32 + ".json"]  # no temp file left behind
+    (tmp_path / "ab" / ("ab" * 32 + ".json")).write_text('{"instance_id": ')
+    assert cache.get("ab" * 32) is None
+
+
+def test_the_default_cache_dir_follows_swerl_cache_dir(monkeypatch, tmp_path):
+    from swerl.grading.validate import default_cache_dir
+
+    monkeypatch.setenv("SWERL_CACHE_DIR", str(tmp_path))
+    assert default_cache_dir() == tmp_path / "validation"
+    monkeypatch.delenv("SWERL_CACHE_DIR")
+    assert default_cache_dir() == Path.home() / ".cache" / "swerl" / "validation"
