@@ -83,7 +83,9 @@ def main() -> None:
     load = os.getloadavg()
     print(f"held-out Pass@1 (mean ± SEM over runs) per stage; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     for seed, r in results.items():
-        print(f"\nseed {seed}  (whole run {r['wall'] / 60:.1f} min; plot {r['dapo'].get('plot')})")
+        rl = sum(row.get("seconds", 0) for row in r["dapo"]["stages"])
+        print(f"\nseed {seed}  (this call {r['wall'] / 60:.1f} min; evaluations, RFT and DAPO {rl / 60:.1f} min, "
+              f"without images, validation and warm start; plot {r['dapo'].get('plot')})")
         print(f"  {'stage':<8} {'Pass@1 (DAPO)':>15} {'wall s':>8}" + ("" if "grpo" not in r else f" {'Pass@1 (GRPO)':>15} {'wall s':>8}"))
         dapo, grpo = _rows(r["dapo"]), _rows(r["grpo"]) if "grpo" in r else {}
         for stage, row in dapo.items():
