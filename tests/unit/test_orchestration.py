@@ -204,4 +204,6 @@ def test_the_learning_run_parameters_are_valid_pipeline_parameters():
 
     p = PipelineParams.model_validate(yaml.safe_load((Path(__file__).resolve().parents[2] / "deployments/learning.yaml").read_text()))
     assert p.curriculum is not None and p.warm_start is not None and p.warm_start.tasks is None
-    assert (p.eval.runs, p.dapo.iterations) == (4, 2)
+    assert p.curriculum.bug_kinds == ["string_method", "arithmetic_operator", "comparison_boundary"]
+    assert p.warm_start.agent.demo_give_up == 0.5
+    assert (p.rft.samples, p.rft.train.epochs, p.eval.runs, p.dapo.iterations, p.dapo.samples) == (4, 1, 2, 2, 4)
