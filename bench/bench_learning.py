@@ -5,7 +5,8 @@
 For each seed, runs the pipeline flow of ``--params`` with its sampling seeded by it; the
 curriculum and the warm start are the first seed's (``--fresh-start``: each seed's own), and
 prints a table: stage, held-out Pass@1, its standard error over runs, and
-the stage's wall time. With the ablation, the same seed's RFT checkpoint then goes through the
+the stage's wall time, then the rises start -> RFT and RFT -> last iteration paired over
+tasks (with k = 2 runs the SE over runs can be 0 by chance; the paired one cannot). With the ablation, the same seed's RFT checkpoint then goes through the
 same number of iterations with a plain GRPO-style update (symmetric clipping, zero-advantage
 samples kept, sequence-mean loss) and the two are printed side by side. Every figure comes
 from real rollouts graded in real sandboxes; reruns resume (finished stages are skipped).
@@ -33,6 +34,28 @@ def _fmt(row: dict | None) -> str:
     if row is None or row.get("pass_at_1") is None:
         return f"{'-':>15}"
     return f"{100 * row['pass_at_1']:6.1f} ± {100 * (row.get('pass_at_1_sem') or 0):4.1f}%"
+
+
+def _rises(summary: dict) -> list[str]:
+    """Start -> RFT and RFT -> last iteration, paired over tasks (each task's change in resolved rate)."""
+    import json
+
+    from swerl.eval.metrics import paired_difference
+
+    stages = [r["stage"] for r in summary["stages"]]
+    per_task = {}
+    for stage in stages:
+        report = Path(summary["run_dir"]) / "eval" / f"eval-{stage}" / "eval.json"
+        if report.is_file():
+            per_task[stage] = json.loads(report.read_text())["per_task"]
+    pairs = [("start", "rft")] + ([("rft", stages[-1])] if stages[-1].startswith("iter-") else [])
+    lines = []
+    for a, b in pairs:
+        if a in per_task and b in per_task:
+            rise, sem = paired_difference(per_task[a], per_task[b])
+            ratio = f"{rise / sem:.1f}" if sem else "inf"
+            lines.append(f"  rise {a} -> {b}: {100 * rise:+.1f} points, paired SE over tasks {100 * sem:.1f} ({ratio} SE)")
+    return lines
 
 
 def main() -> None:
@@ -93,6 +116,8 @@ def main() -> None:
             if "grpo" in r:
                 other = grpo.get(stage)
                 line += f" {_fmt(other)} {(other or {}).get('seconds', 0):8.0f}"
+            print(line)
+        for line in _rises(r["dapo"]):
             print(line)
 
 

@@ -4,6 +4,9 @@
   the standard error of that mean (sample std, ddof=1, over sqrt(k)).
 * Pass@k from n runs of which c resolved a task: 1 - C(n-c, k) / C(n, k), averaged over
   tasks (the unbiased estimator; it is *not* 1 - (1-p)^k).
+* A rise between two policies evaluated on the same tasks: the mean over tasks of each
+  task's change in resolved rate, with its standard error over tasks. With few runs the SEM
+  over runs can be 0 by chance (two runs with the same rate); the paired one cannot.
 """
 
 from __future__ import annotations
@@ -50,3 +53,14 @@ def pass_at_1_over_runs(outcomes: Mapping[str, Sequence[bool]]) -> tuple[float, 
 def mean_pass_at_k(outcomes: Mapping[str, Sequence[bool]], k: int) -> float:
     """Pass@k averaged over tasks, each from all of its runs."""
     return sum(pass_at_k(len(v), sum(map(bool, v)), k) for v in outcomes.values()) / len(outcomes)
+
+
+def paired_difference(before: Mapping[str, Sequence[bool]], after: Mapping[str, Sequence[bool]]) -> tuple[float, float]:
+    """(mean, SEM) over tasks of ``rate_after - rate_before``, each rate over that task's runs."""
+    if set(before) != set(after):
+        missing = sorted(set(before) ^ set(after))
+        raise ValueError(f"the two evaluations cover different tasks, e.g. {missing[:3]}; compare runs on one task set")
+    if not before:
+        raise ValueError("no tasks")
+    rate = lambda v: sum(map(bool, v)) / len(v)  # noqa: E731
+    return mean_and_sem([rate(after[t]) - rate(before[t]) for t in sorted(before)])

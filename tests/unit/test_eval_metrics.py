@@ -63,3 +63,21 @@ def test_report_counts_ungraded_as_unresolved_and_names_missing_runs():
     assert report.pass_at_k == {1: 0.5, 2: 1.0}
     with pytest.raises(ValueError, match="missing runs for 2 tasks"):
         build_report(trajs, runs=3)
+
+
+def test_a_paired_rise_is_the_mean_change_per_task_with_its_sem_over_tasks():
+    from swerl.eval.metrics import paired_difference
+
+    before = {"a": [False, False], "b": [True, False], "c": [False, False], "d": [True, True]}
+    after = {"a": [True, True], "b": [True, True], "c": [False, False], "d": [True, True]}
+    mean, sem = paired_difference(before, after)
+    # per-task changes 1.0, 0.5, 0, 0: mean 0.375, sample std 0.4787, over sqrt(4)
+    assert mean == 0.375
+    assert round(sem, 6) == round(math.sqrt(((0.625**2) + (0.125**2) + 2 * (0.375**2)) / 3 / 4), 6) == 0.239357
+
+
+def test_a_paired_rise_needs_the_same_tasks_on_both_sides():
+    from swerl.eval.metrics import paired_difference
+
+    with pytest.raises(ValueError, match=r"different tasks, e.g. \['b'\]"):
+        paired_difference({"a": [True], "b": [False]}, {"a": [True]})
