@@ -382,13 +382,17 @@ def test_load_weights_waits_for_requests_in_flight_and_tags_versions(fake, tmp_p
 
     async def rollouts():
         early = asyncio.create_task(engine.generate(GenerationRequest("early", [1], 1)))
-        await asyncio.sleep(0.25)  # load_weights has begun by now, in the main thread
+        deadline = time.monotonic() + 10
+        while not engine._updating and time.monotonic() < deadline:  # load_weights has begun, in the main thread
+            await asyncio.sleep(0.005)
         late = await engine.generate(GenerationRequest("late", [1], 1))
         return await early, late
 
     worker = threading.Thread(target=lambda: results.update(gens=asyncio.run(rollouts())))
     worker.start()
-    time.sleep(0.1)
+    deadline = time.monotonic() + 10
+    while fake.in_flight == 0 and time.monotonic() < deadline:  # the early request is at the server
+        time.sleep(0.005)
     engine.load_weights(checkpoint(tmp_path / "c", tied=False), "4")
     worker.join(timeout=10)
     early, late = results["gens"]
