@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -15,12 +16,8 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 if "PREFECT_HOME" not in os.environ:
-    import tempfile
-
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="swerl-test-prefect-")
 if "SWERL_CACHE_DIR" not in os.environ:  # validation verdicts: no test may reuse another session's
-    import tempfile
-
     os.environ["SWERL_CACHE_DIR"] = tempfile.mkdtemp(prefix="swerl-test-cache-")
 
 

@@ -167,17 +167,14 @@ def validate_tasks(tasks: Sequence[Task], images: dict[str, str | None], config:
         jobs += [(task, task.patch, image, f"{GOLD}") for _ in range(config.runs)]
         jobs.append((task, "", image, EMPTY))
     by_task: dict[str, list[GradeResult]] = {}
-    expected = {t.instance_id: config.runs + 1 for t in tasks}
-    by_id = {t.instance_id: t for t in tasks}
 
     def done(job_index: int, res: GradeResult) -> None:
         task, _, image, kind = jobs[job_index]
         res.model_name_or_path = kind
         got = by_task.setdefault(task.instance_id, [])
         got.append(res)
-        if cache and len(got) == expected[task.instance_id] and \
-                not any(r.failure_class is FailureClass.INFRA_ERROR for r in got):
-            cache.put(keys[task.instance_id], _verdict_of(by_id[task.instance_id], image, got))
+        if cache and len(got) == config.runs + 1 and not any(r.failure_class is FailureClass.INFRA_ERROR for r in got):
+            cache.put(keys[task.instance_id], _verdict_of(task, image, got))
 
     grade_many(jobs, config.grading, concurrency=config.concurrency, progress=progress, on_result=done)
     verdicts = []
