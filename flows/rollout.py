@@ -21,7 +21,7 @@ def rollout_stage(*, tasks, repos, model: str, out, samples: int, seed: int, pol
                         max_new_tokens=agent.max_new_tokens, command_timeout_s=agent.command_timeout_s,
                         deadline_s=agent.deadline_s, seed=seed, base_url=agent.base_url, grade=grade,
                         policy_version=policy_version, run_id=container_label, prompt_dir=agent.prompt_dir,
-                        demo=agent.demo, demo_give_up=agent.demo_give_up)
+                        demo=agent.demo, demo_give_up=agent.demo_give_up, torch_threads=agent.torch_threads)
 
 
 def run_chunks(stage: RolloutStage, chunk_size: int | None, timeout_s: float) -> dict[str, Any]:

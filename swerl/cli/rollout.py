@@ -26,12 +26,14 @@ BaseUrlOpt = typer.Option(None, "--base-url", help="OpenAI-compatible server, e.
 TokenizerOpt = typer.Option(None, "--tokenizer", help="Tokenizer folder or name (default: --model).")
 PolicyVersionOpt = typer.Option("0", "--policy-version", help="Recorded on every trajectory.")
 PromptDirOpt = typer.Option(None, "--prompt-dir", help="Folder overriding the prompt templates (<name>.j2).")
+TorchThreadsOpt = typer.Option(None, "--torch-threads", min=1, help="Engine hf on CPU: torch threads of the decoding thread "
+                               "(default: torch's; 1 is fastest for a small model beside busy sandboxes).")
 
 
 def _stage(tasks: Path, model: str, engine: str, samples: int, out: Path, repos: Optional[Path], ca_cert: Optional[list[Path]],
            concurrency: int, max_turns: int, max_context: Optional[int], max_new_tokens: int, command_timeout: float,
            deadline: float, seed: Optional[int], base_url: Optional[str], tokenizer: Optional[str], grade: bool,
-           policy_version: str, skip_invalid: bool, log_dir: Path, prompt_dir: Optional[Path]):
+           policy_version: str, skip_invalid: bool, log_dir: Path, prompt_dir: Optional[Path], torch_threads: Optional[int]):
     from swerl.stages.rollout import RolloutStage
 
     if engine not in ("hf", "vllm", "openai", "scripted"):
@@ -41,7 +43,7 @@ def _stage(tasks: Path, model: str, engine: str, samples: int, out: Path, repos:
                         concurrency=concurrency, max_turns=max_turns, max_context=max_context, max_new_tokens=max_new_tokens,
                         command_timeout_s=command_timeout, deadline_s=deadline, seed=seed, base_url=base_url, tokenizer=tokenizer,
                         grade=grade, policy_version=policy_version, log_dir=log_dir, prompt_dir=prompt_dir,
-                        skip_invalid=skip_invalid)
+                        skip_invalid=skip_invalid, torch_threads=torch_threads)
 
 
 def _run(stage, evaluate: bool):
@@ -97,11 +99,12 @@ def rollout_cmd(
     policy_version: str = PolicyVersionOpt,
     skip_invalid: bool = SkipOpt, log_dir: Path = LogDirOpt,
     prompt_dir: Optional[Path] = PromptDirOpt,
+    torch_threads: Optional[int] = TorchThreadsOpt,
 ) -> None:
     """Roll the agent out on a task set: G samples per task, graded, appended to Parquet (resumable)."""
     summary, _ = _run(_stage(tasks, model, engine, samples, out, repos, ca_cert, concurrency, max_turns, max_context, max_new_tokens,
                              command_timeout, deadline, seed, base_url, tokenizer, grade, policy_version, skip_invalid, log_dir,
-                             prompt_dir), evaluate=False)
+                             prompt_dir, torch_threads), evaluate=False)
     raise typer.Exit(1 if summary.exit_reasons.get("error") else 0)
 
 
@@ -122,11 +125,12 @@ def eval_cmd(
     policy_version: str = PolicyVersionOpt,
     skip_invalid: bool = SkipOpt, log_dir: Path = LogDirOpt,
     prompt_dir: Optional[Path] = PromptDirOpt,
+    torch_threads: Optional[int] = TorchThreadsOpt,
 ) -> None:
     """Pass@1 as the mean over k runs with its standard error, and unbiased Pass@k; writes eval.json."""
     _, report = _run(_stage(tasks, model, engine, runs, out, repos, ca_cert, concurrency, max_turns, max_context, max_new_tokens,
                             command_timeout, deadline, seed, base_url, tokenizer, True, policy_version, skip_invalid, log_dir,
-                            prompt_dir), evaluate=True)
+                            prompt_dir, torch_threads), evaluate=True)
     ks = ", ".join(f"Pass@{k} {v:.1%}" for k, v in report.pass_at_k.items())
     print(f"Pass@1 = {report.pass_at_1:.1%} ± {report.pass_at_1_sem:.1%} (mean ± SEM over {runs} runs, {report.tasks} tasks); {ks}")
     if report.ungraded:

@@ -29,13 +29,14 @@ def make_engine(
     max_context: int | None = None,
     policy_version: str = "0",
     scripts=None,
+    torch_threads: int | None = None,
 ) -> InferenceEngine:
-    """An engine of ``kind`` serving ``model``; ``scripts`` only for the scripted policy."""
+    """An engine of ``kind`` serving ``model``; ``scripts`` only for the scripted policy, ``torch_threads`` only for hf."""
     sampling = sampling or SamplingConfig()
     if kind == "hf":
         from swerl.inference.hf_engine import HFEngine, HFEngineConfig
 
-        return HFEngine(model, sampling, HFEngineConfig(max_context=max_context), policy_version=policy_version)
+        return HFEngine(model, sampling, HFEngineConfig(max_context=max_context, torch_threads=torch_threads), policy_version=policy_version)
     if kind == "vllm":
         from swerl.inference.vllm_engine import VLLMEngine, VLLMEngineConfig
 

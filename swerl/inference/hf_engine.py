@@ -12,6 +12,7 @@ it was drawn from.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -44,7 +45,8 @@ class HFEngineConfig(BaseModel):
     attn_implementation: Literal["sdpa", "eager"] = Field("sdpa", description="Attention kernel passed to from_pretrained.")
     gather_ms: float = Field(2.0, ge=0, le=1000, description="How long the worker waits for more requests before a prefill.")
     torch_threads: int | None = Field(
-        None, ge=1, le=1024, description="torch intra-op threads on CPU; None keeps torch's default. Fewer than the cores leaves room for sandboxes."
+        None, ge=1, le=1024, description="torch intra-op threads of the engine's worker thread on CPU; None keeps torch's default. "
+        "A small model beside busy sandboxes decodes fastest with 1: bench/bench_rollout.py measures it."
     )
     weight_load_timeout_s: float = Field(600, gt=0, description="load_weights waits this long for in-flight requests, then fails.")
 
@@ -73,6 +75,22 @@ def _resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return getattr(torch, name)
 
 
+def sdpa_without_cudnn(device: torch.device):
+    """A context in which ``scaled_dot_product_attention`` on CUDA picks flash, memory-efficient or
+    math kernels, never cuDNN's; a no-op elsewhere.
+
+    torch 2.11 tries cuDNN attention first on Hopper, and cuDNN builds an execution plan for
+    every new shape: each decode step (one more key) and each micro-batch of a new padded
+    length. Measured on an H100: 16 ms of CPU per attention call, so a 4-layer model decoded
+    145 tokens/s at batch 8. The backend flags are process-wide; the context restores them.
+    """
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
 class HFEngine:
     """InferenceEngine over a transformers causal LM; see the module docstring."""
 
@@ -91,8 +109,6 @@ class HFEngine:
         self.sampling = sampling or SamplingConfig()
         self.model_path = str(model)
         self.device = _resolve_device(self.config.device)
-        if self.config.torch_threads is not None:
-            torch.set_num_threads(self.config.torch_threads)
         self.dtype = _resolve_dtype(self.config.dtype, self.device)
         try:
             self.model = AutoModelForCausalLM.from_pretrained(
@@ -105,6 +121,7 @@ class HFEngine:
         self.max_context = min(self.config.max_context or model_max, model_max)
         self.policy_version = policy_version
         self.stats = {"forward_passes": 0, "prefill_tokens": 0, "decode_tokens": 0, "max_batch": 0}
+        self.worker_threads: int | None = None  # the worker's torch thread count, once it runs
         self._queue: queue.Queue[_Slot] = queue.Queue()
         self._paused = threading.Event()
         self._idle = threading.Condition()
@@ -148,6 +165,12 @@ class HFEngine:
 
     # ----- the worker ----------------------------------------------------------------
     def _run(self) -> None:
+        # Set here, not in __init__: the thread count is the calling thread's, so the trainer and
+        # everything else in the process keep theirs. Two threads fighting sandboxes for two
+        # cores made each decode step of the tiny model several times slower than one.
+        if self.config.torch_threads is not None:
+            torch.set_num_threads(self.config.torch_threads)
+        self.worker_threads = torch.get_num_threads()
         state: _Batch | None = None
         while not self._closed:
             new: list[_Slot] = []
@@ -207,7 +230,9 @@ class HFEngine:
 
         cache = DynamicCache(config=self.model.config)
         # logits_to_keep=1: the prompt's full-vocabulary logits are never materialised
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        with sdpa_without_cudnn(self.device):
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+                             logits_to_keep=1)
         self.stats["forward_passes"] += 1
         self.stats["prefill_tokens"] += int(mask.sum())
         batch = _Batch(slots=list(slots), cache=out.past_key_values, mask=mask, config=self.model.config)
@@ -218,7 +243,9 @@ class HFEngine:
         last = torch.tensor([[s.ids[-1]] for s in batch.slots], dtype=torch.long, device=self.device)
         positions = batch.mask.sum(-1, keepdim=True)
         batch.mask = torch.cat([batch.mask, torch.ones_like(last)], dim=-1)
-        out = self.model(input_ids=last, attention_mask=batch.mask, position_ids=positions, past_key_values=batch.cache, use_cache=True)
+        with sdpa_without_cudnn(self.device):
+            out = self.model(input_ids=last, attention_mask=batch.mask, position_ids=positions, past_key_values=batch.cache,
+                             use_cache=True)
         batch.cache = out.past_key_values
         self.stats["forward_passes"] += 1
         self.stats["decode_tokens"] += len(batch.slots)

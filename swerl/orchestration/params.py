@@ -44,6 +44,8 @@ class AgentParams(BaseModel):
     command_timeout_s: float = Field(60.0, ge=1, le=86400, description="Seconds per sandbox command.")
     deadline_s: float = Field(1800.0, ge=1, le=86400, description="Wall-clock seconds per trajectory.")
     prompt_dir: Path | None = Field(None, description="Folder overriding the agent's prompt templates (<name>.j2).")
+    torch_threads: int | None = Field(None, ge=1, le=1024, description="Engine hf on CPU: torch threads of its decoding thread "
+                                      "(None: torch's default; 1 is fastest for a small model beside busy sandboxes).")
     demo: Literal["edit", "replace"] = Field("edit", description="Engine scripted: `edit` explores then edits the gold patch's "
                                              "lines; `replace` opens the file, replaces the smallest unique span, submits.")
     demo_give_up: float = Field(0.0, ge=0.0, le=1.0, description="Demo `replace`: the fraction of trajectories that submit "

@@ -37,6 +37,8 @@ class RolloutStage(BaseModel):
     command_timeout_s: float = Field(60.0, ge=1, description="Seconds per sandbox command.")
     deadline_s: float = Field(1800.0, ge=1, description="Wall-clock seconds per trajectory.")
     seed: int | None = Field(0, description="Base sampling seed; None: unseeded.")
+    torch_threads: int | None = Field(None, ge=1, le=1024, description="Engine hf on CPU: torch threads of its decoding "
+                                      "thread (None: torch's default; 1 is fastest for a small model beside busy sandboxes).")
     base_url: str | None = Field(None, description="OpenAI-compatible server for engine openai.")
     tokenizer: str | None = Field(None, description="Tokenizer folder or name (default: model).")
     grade: bool = Field(True, description="Grade every trajectory in a fresh sandbox.")
@@ -101,7 +103,8 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
         on_start(sum(1 for t in tasks for i in range(stage.samples) if (t.instance_id, i) not in done))
     try:
         engine = make_engine(stage.engine, stage.model, tokenizer=tok, base_url=stage.base_url, max_context=stage.max_context,
-                             policy_version=stage.policy_version, scripts=scripts)
+                             policy_version=stage.policy_version, scripts=scripts,
+                             torch_threads=stage.torch_threads)
     except EngineError as e:
         raise StageInputError(str(e)) from e
     config = RolloutConfig(

@@ -143,3 +143,23 @@ def test_a_bad_checkpoint_fails_loudly_and_changes_nothing(engine, tiny_model_di
         engine.load_weights(broken, policy_version="9")
     assert engine.policy_version == "0"
     assert all(torch.equal(state_before[k], v) for k, v in engine.model.state_dict().items())
+
+
+def test_torch_threads_apply_to_the_engine_worker_alone(tiny_model_dir, reference):
+    from swerl.inference.hf_engine import HFEngineConfig
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        eng = HFEngine(tiny_model_dir, config=HFEngineConfig(torch_threads=1))
+        try:
+            r = requests(1)[0]
+            g = run(eng.generate(r))
+            assert eng.worker_threads == 1
+            assert torch.get_num_threads() == 2  # the trainer in the same process keeps its threads
+            ref = recompute(reference, r.prompt_ids, g.token_ids)
+            assert max(abs(a - b) for a, b in zip(g.logprobs, ref)) < LOGPROB_TOLERANCE
+        finally:
+            eng.close()
+    finally:
+        torch.set_num_threads(before)
