@@ -23,6 +23,7 @@ from torch import nn
 
 from swerl.inference.hf_engine import _resolve_device as resolve_device  # noqa: F401  the engines' rule, re-exported
 from swerl.inference.hf_engine import _resolve_dtype as compute_dtype  # noqa: F401  fp32 on CPU, bf16 on GPU
+from swerl.inference.hf_engine import sdpa_without_cudnn
 from swerl.rl.batching import pack_microbatches
 from swerl.rl.logprobs import sequence_action_logprobs
 from swerl.rl.loss import dapo_loss, masked_mean, masked_sum
@@ -186,10 +187,12 @@ def accumulate_gradients(model: Callable, batch: TrainBatch, plan: StepPlan, cfg
     sums: dict[str, float] = {"loss": 0.0, "tokens": 0.0, "action_tokens": 0.0, "sequences": 0.0, "microbatches": 0.0}
     for indices in plan.microbatches:
         mb = _microbatch(batch, indices, device)
-        with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-            lp, ent = model(mb["input_ids"], mb["attention_mask"], mb["logprob_mask"])
-        loss, metrics = objective(lp, ent, mb, cfg, plan.norm_tokens, plan.norm_sequences)
-        backward(loss * plan.world_size)  # backends average over processes; the loss is already global
+        # backward too: checkpointed layers recompute their attention there, and must pick the same kernel
+        with sdpa_without_cudnn(device):
+            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                lp, ent = model(mb["input_ids"], mb["attention_mask"], mb["logprob_mask"])
+            loss, metrics = objective(lp, ent, mb, cfg, plan.norm_tokens, plan.norm_sequences)
+            backward(loss * plan.world_size)  # backends average over processes; the loss is already global
         n = float(metrics["action_tokens"])
         sums["loss"] += float(loss.detach())
         sums["tokens"] += float(mb["attention_mask"].sum()) if indices else 0.0
