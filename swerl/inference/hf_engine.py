@@ -46,7 +46,7 @@ class HFEngineConfig(BaseModel):
     gather_ms: float = Field(2.0, ge=0, le=1000, description="How long the worker waits for more requests before a prefill.")
     torch_threads: int | None = Field(
         None, ge=1, le=1024, description="torch intra-op threads of the engine's worker thread on CPU; None keeps torch's default. "
-        "A small model beside busy sandboxes decodes fastest with 1: bench/bench_rollout.py measures it."
+        "A small model beside busy sandboxes decodes fastest with 1: bench/bench_engine_threads.py measures it."
     )
     weight_load_timeout_s: float = Field(600, gt=0, description="load_weights waits this long for in-flight requests, then fails.")
 
