@@ -4,7 +4,8 @@
         [--threads default 1] [--samples 2] [--concurrency 8] [--max-turns 4] [--max-new-tokens 48] [--repeats 2]
 
 Runs the same graded rollout (same tasks, same seeds) once per ``--threads`` setting,
-interleaved ``--repeats`` times, each into a fresh folder, and prints per setting the median
+interleaved ``--repeats`` times after one discarded warm-up, each in a fresh process (torch's MKL
+thread count is process-wide) and into a fresh folder, and prints per setting the median
 wall time, trajectories/s, the generation seconds summed over trajectories and action
 tokens/s, with each setting's ratio to the first. ``default`` leaves torch's thread count;
 a number sets ``HFEngineConfig.torch_threads`` (the engine's decoding thread only).
@@ -17,16 +18,22 @@ warm-started policy for trajectories whose tools really run.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import statistics
 import sys
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from swerl.stages.rollout import RolloutStage, run_rollout  # noqa: E402
+
+
+def _rollout(stage: RolloutStage):
+    return run_rollout(stage).summary
 
 
 def main() -> None:
@@ -55,13 +62,18 @@ def main() -> None:
         model = str(init_tiny(work / "tiny"))
     settings = [None if t == "default" else int(t) for t in args.threads]
     runs: dict[int | None, list] = {s: [] for s in settings}
+    # a first, discarded rollout: image checks, page cache and the model files warm up
+    _rollout(RolloutStage(tasks=tasks, repos=repos, model=model, engine="hf", samples=1, out=work / "warm-up",
+                          concurrency=args.concurrency, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
+                          prompt_dir=args.prompt_dir, log_dir=work / "logs"))
     for rep in range(args.repeats):
         for s in settings:
             stage = RolloutStage(tasks=tasks, repos=repos, model=model, engine="hf", samples=args.samples,
                                  out=work / f"r{rep}-t{s or 'default'}", concurrency=args.concurrency, max_turns=args.max_turns,
                                  max_new_tokens=args.max_new_tokens, seed=rep, prompt_dir=args.prompt_dir, torch_threads=s,
                                  log_dir=work / "logs")
-            summary = run_rollout(stage).summary
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                summary = pool.submit(_rollout, stage).result()
             runs[s].append(summary)
             print(f"  repeat {rep} threads {s or 'default'}: {summary.produced} trajectories in {summary.wall_s:.1f} s", flush=True)
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())

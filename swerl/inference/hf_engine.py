@@ -165,12 +165,21 @@ class HFEngine:
 
     # ----- the worker ----------------------------------------------------------------
     def _run(self) -> None:
-        # Set here, not in __init__: the thread count is the calling thread's, so the trainer and
-        # everything else in the process keep theirs. Two threads fighting sandboxes for two
-        # cores made each decode step of the tiny model several times slower than one.
+        # Set here, not in __init__: torch's OpenMP count is the calling thread's. Its MKL count is
+        # process-wide, though, so the worker puts it back when it ends and the trainer that runs
+        # next in the process gets its threads back. Two threads fighting sandboxes for two cores
+        # made each decode step of the tiny model several times slower than one.
+        previous = torch.get_num_threads()
         if self.config.torch_threads is not None:
             torch.set_num_threads(self.config.torch_threads)
         self.worker_threads = torch.get_num_threads()
+        try:
+            self._serve()
+        finally:
+            if self.config.torch_threads is not None:
+                torch.set_num_threads(previous)
+
+    def _serve(self) -> None:
         state: _Batch | None = None
         while not self._closed:
             new: list[_Slot] = []

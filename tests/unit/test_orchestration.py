@@ -206,4 +206,5 @@ def test_the_learning_run_parameters_are_valid_pipeline_parameters():
     assert p.curriculum is not None and p.warm_start is not None and p.warm_start.tasks is None
     assert p.curriculum.bug_kinds == ["string_method", "arithmetic_operator", "comparison_boundary"]
     assert p.warm_start.agent.demo_give_up == 0.5
-    assert (p.rft.samples, p.rft.train.epochs, p.eval.runs, p.dapo.iterations, p.dapo.samples) == (4, 1, 2, 2, 4)
+    assert (p.rft.samples, p.rft.train.epochs, p.eval.runs, p.dapo.iterations, p.dapo.samples) == (2, 1, 4, 2, 4)
+    assert p.agent.torch_threads == 1
