@@ -5,10 +5,13 @@
 For each seed, runs the pipeline flow of ``--params`` with its sampling seeded by it; the
 curriculum and the warm start are the first seed's (``--fresh-start``: each seed's own), and
 prints a table: stage, held-out Pass@1, its standard error over runs, and
-the stage's wall time, then the rises start -> RFT and RFT -> last iteration paired over
-tasks (with k = 2 runs the SE over runs can be 0 by chance; the paired one cannot). With the ablation, the same seed's RFT checkpoint then goes through the
-same number of iterations with a plain GRPO-style update (symmetric clipping, zero-advantage
-samples kept, sequence-mean loss) and the two are printed side by side. Every figure comes
+the stage's wall time, then the rises start -> RFT and RFT -> last iteration, each against
+two standard errors: the two stages' SEs over runs combined (sampling noise on this task
+set, the issue's definition), and the stricter one paired over tasks (it also counts which
+tasks were drawn; with k = 2 runs the SE over runs can be 0 by chance, the paired one cannot).
+With the ablation, the same seed's RFT checkpoint then goes through the same number of
+iterations with a plain GRPO-style update (symmetric clipping, zero-advantage samples kept,
+sequence-mean loss) and the two are printed side by side. Every figure comes
 from real rollouts graded in real sandboxes; reruns resume (finished stages are skipped).
 """
 
@@ -37,10 +40,10 @@ def _fmt(row: dict | None) -> str:
 
 
 def _rises(summary: dict) -> list[str]:
-    """Start -> RFT and RFT -> last iteration, paired over tasks (each task's change in resolved rate)."""
+    """Start -> RFT and RFT -> last iteration, against the SE over runs and paired over tasks."""
     import json
 
-    from swerl.eval.metrics import paired_difference
+    from swerl.eval.metrics import difference_over_runs, paired_difference
 
     stages = [r["stage"] for r in summary["stages"]]
     per_task = {}
@@ -53,8 +56,10 @@ def _rises(summary: dict) -> list[str]:
     for a, b in pairs:
         if a in per_task and b in per_task:
             rise, sem = paired_difference(per_task[a], per_task[b])
-            ratio = f"{rise / sem:.1f}" if sem else "inf"
-            lines.append(f"  rise {a} -> {b}: {100 * rise:+.1f} points, paired SE over tasks {100 * sem:.1f} ({ratio} SE)")
+            _, sem_runs = difference_over_runs(per_task[a], per_task[b])
+            ratio = lambda se: f"{rise / se:.1f}" if se else "inf"  # noqa: E731
+            lines.append(f"  rise {a} -> {b}: {100 * rise:+.1f} points; SE over runs {100 * sem_runs:.1f} "
+                         f"({ratio(sem_runs)} SE), paired SE over tasks {100 * sem:.1f} ({ratio(sem)} SE)")
     return lines
 
 

@@ -7,6 +7,10 @@
 * A rise between two policies evaluated on the same tasks: the mean over tasks of each
   task's change in resolved rate, with its standard error over tasks. With few runs the SEM
   over runs can be 0 by chance (two runs with the same rate); the paired one cannot.
+  The same rise can also be set against the two Pass@1 figures' own SEMs over runs,
+  combined as independent errors: sqrt(SEM_a^2 + SEM_b^2). That one counts only the
+  sampling noise on this fixed task set (as a benchmark score does); the paired one also
+  counts which tasks happened to be drawn, so it is the stricter of the two.
 """
 
 from __future__ import annotations
@@ -64,3 +68,13 @@ def paired_difference(before: Mapping[str, Sequence[bool]], after: Mapping[str, 
         raise ValueError("no tasks")
     rate = lambda v: sum(map(bool, v)) / len(v)  # noqa: E731
     return mean_and_sem([rate(after[t]) - rate(before[t]) for t in sorted(before)])
+
+
+def difference_over_runs(before: Mapping[str, Sequence[bool]], after: Mapping[str, Sequence[bool]]) -> tuple[float, float]:
+    """(Pass@1 after - Pass@1 before, sqrt(SEM_before^2 + SEM_after^2)), each SEM over its runs."""
+    if set(before) != set(after):
+        missing = sorted(set(before) ^ set(after))
+        raise ValueError(f"the two evaluations cover different tasks, e.g. {missing[:3]}; compare runs on one task set")
+    mean_a, sem_a, _ = pass_at_1_over_runs(before)
+    mean_b, sem_b, _ = pass_at_1_over_runs(after)
+    return mean_b - mean_a, math.sqrt(sem_a**2 + sem_b**2)

@@ -76,6 +76,24 @@ def test_a_paired_rise_is_the_mean_change_per_task_with_its_sem_over_tasks():
     assert round(sem, 6) == round(math.sqrt(((0.625**2) + (0.125**2) + 2 * (0.375**2)) / 3 / 4), 6) == 0.239357
 
 
+def test_a_rise_over_runs_combines_the_two_pass_at_1_sems():
+    from swerl.eval.metrics import difference_over_runs
+
+    before = {"a": [False, False], "b": [True, False], "c": [False, False], "d": [True, True]}
+    after = {"a": [True, True], "b": [True, True], "c": [False, False], "d": [True, True]}
+    rise, se = difference_over_runs(before, after)
+    # before: runs 0.5 and 0.25 (mean 0.375, SEM 0.125); after: 0.75 and 0.75 (SEM 0)
+    assert rise == 0.375
+    assert se == 0.125
+
+
+def test_a_rise_over_runs_needs_the_same_tasks_on_both_sides():
+    from swerl.eval.metrics import difference_over_runs
+
+    with pytest.raises(ValueError, match=r"different tasks, e.g. \['b'\]"):
+        difference_over_runs({"a": [True], "b": [False]}, {"a": [True]})
+
+
 def test_a_paired_rise_needs_the_same_tasks_on_both_sides():
     from swerl.eval.metrics import paired_difference
 
