@@ -39,27 +39,41 @@ def _fmt(row: dict | None) -> str:
     return f"{100 * row['pass_at_1']:6.1f} ± {100 * (row.get('pass_at_1_sem') or 0):4.1f}%"
 
 
-def _rises(summary: dict) -> list[str]:
-    """Start -> RFT and RFT -> last iteration, against the SE over runs and paired over tasks."""
+def _per_task(summary: dict) -> dict[str, dict]:
+    """Each evaluated stage's ``{instance_id: [resolved per run]}``."""
     import json
 
+    out = {}
+    for row in summary["stages"]:
+        report = Path(summary["run_dir"]) / "eval" / f"eval-{row['stage']}" / "eval.json"
+        if report.is_file():
+            out[row["stage"]] = json.loads(report.read_text())["per_task"]
+    return out
+
+
+def _rise(label: str, before: dict, after: dict) -> str:
+    """One rise against both standard errors (see the module docstring)."""
     from swerl.eval.metrics import difference_over_runs, paired_difference
 
+    rise, sem = paired_difference(before, after)
+    _, sem_runs = difference_over_runs(before, after)
+    ratio = lambda se: f"{rise / se:.1f}" if se else "inf"  # noqa: E731
+    return (f"  {label}: {100 * rise:+.1f} points; SE over runs {100 * sem_runs:.1f} ({ratio(sem_runs)} SE), "
+            f"paired SE over tasks {100 * sem:.1f} ({ratio(sem)} SE)")
+
+
+def _rises(summary: dict, grpo: dict | None = None) -> list[str]:
+    """Start -> RFT and RFT -> last iteration; with the ablation, the same for GRPO and DAPO against GRPO."""
     stages = [r["stage"] for r in summary["stages"]]
-    per_task = {}
-    for stage in stages:
-        report = Path(summary["run_dir"]) / "eval" / f"eval-{stage}" / "eval.json"
-        if report.is_file():
-            per_task[stage] = json.loads(report.read_text())["per_task"]
-    pairs = [("start", "rft")] + ([("rft", stages[-1])] if stages[-1].startswith("iter-") else [])
-    lines = []
-    for a, b in pairs:
-        if a in per_task and b in per_task:
-            rise, sem = paired_difference(per_task[a], per_task[b])
-            _, sem_runs = difference_over_runs(per_task[a], per_task[b])
-            ratio = lambda se: f"{rise / se:.1f}" if se else "inf"  # noqa: E731
-            lines.append(f"  rise {a} -> {b}: {100 * rise:+.1f} points; SE over runs {100 * sem_runs:.1f} "
-                         f"({ratio(sem_runs)} SE), paired SE over tasks {100 * sem:.1f} ({ratio(sem)} SE)")
+    per_task = _per_task(summary)
+    last = stages[-1]
+    pairs = [("start", "rft")] + ([("rft", last)] if last.startswith("iter-") else [])
+    lines = [_rise(f"rise {a} -> {b}", per_task[a], per_task[b]) for a, b in pairs if a in per_task and b in per_task]
+    baseline = _per_task(grpo) if grpo else {}
+    if last in baseline and "rft" in per_task:
+        lines.append(_rise(f"GRPO rise rft -> {last}", per_task["rft"], baseline[last]))
+        if last in per_task:
+            lines.append(_rise(f"DAPO - GRPO at {last}", baseline[last], per_task[last]))
     return lines
 
 
@@ -122,7 +136,7 @@ def main() -> None:
                 other = grpo.get(stage)
                 line += f" {_fmt(other)} {(other or {}).get('seconds', 0):8.0f}"
             print(line)
-        for line in _rises(r["dapo"]):
+        for line in _rises(r["dapo"], r.get("grpo")):
             print(line)
 
 
