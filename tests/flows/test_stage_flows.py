@@ -43,6 +43,24 @@ def test_rollout_flow_stores_graded_trajectories_and_resumes(prefect_api, docker
     assert rollout(params)["produced"] == 0
 
 
+def test_chunked_rollout_keeps_to_the_stage_s_own_tasks(prefect_api, docker_ready, demo, task_slice, tiny_model_dir,
+                                                        tmp_path):
+    from prefect import flow
+
+    from flows.rollout import rollout_stage, run_chunks
+    from swerl.orchestration.params import AgentParams
+    from swerl.stages.rollout import stored_trajectories
+
+    ids = [json.loads(line)["instance_id"] for line in task_slice.read_text().splitlines()]
+    stage = rollout_stage(tasks=task_slice, repos=demo.repos_dir, model=str(tiny_model_dir), out=tmp_path / "roll",
+                          samples=1, seed=0, policy_version="p0",
+                          agent=AgentParams(engine="scripted", max_turns=20, concurrency=2))
+    subset = stage.model_copy(update={"instance_ids": [ids[0], ids[2]]})
+    out = flow(name="chunks-of-a-subset")(lambda: run_chunks(subset, chunk_size=1, timeout_s=600))()
+    assert (out["produced"], out["skipped"]) == (2, 0)  # two chunks of one task each, not three
+    assert sorted(t.instance_id for t in stored_trajectories(tmp_path / "roll" / "trajectories")) == sorted([ids[0], ids[2]])
+
+
 def test_grade_flow_writes_one_result_per_prediction(prefect_api, docker_ready, demo, demo_tasks, task_slice, tmp_path):
     from flows.grade import grade
     from swerl.orchestration.params import GradeParams
