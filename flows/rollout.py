@@ -9,8 +9,7 @@ from prefect import flow
 from flows._hooks import HOOKS
 from swerl.orchestration.inputs import task_inputs
 from swerl.orchestration.params import AgentParams, RolloutParams
-from swerl.stages.images import load_task_file
-from swerl.stages.rollout import RolloutStage
+from swerl.stages.rollout import RolloutStage, stage_tasks
 from tasks.rollout import rollout_chunk
 
 
@@ -26,10 +25,7 @@ def rollout_stage(*, tasks, repos, model: str, out, samples: int, seed: int, pol
 
 def run_chunks(stage: RolloutStage, chunk_size: int | None, timeout_s: float) -> dict[str, Any]:
     """Submit one rollout task per chunk of the stage's tasks (all into the same store) and wait for them."""
-    ids = [t.instance_id for t in load_task_file(stage.tasks)]
-    if stage.instance_ids is not None:  # a caller's subset: chunk it, never widen it to the whole file
-        wanted = set(stage.instance_ids)
-        ids = [i for i in ids if i in wanted]
+    ids = [t.instance_id for t in stage_tasks(stage)]  # a caller's subset is chunked, never widened to the file
     size = chunk_size or len(ids)
     chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
     if len(chunks) == 1:

@@ -59,11 +59,15 @@ def mean_pass_at_k(outcomes: Mapping[str, Sequence[bool]], k: int) -> float:
     return sum(pass_at_k(len(v), sum(map(bool, v)), k) for v in outcomes.values()) / len(outcomes)
 
 
-def paired_difference(before: Mapping[str, Sequence[bool]], after: Mapping[str, Sequence[bool]]) -> tuple[float, float]:
-    """(mean, SEM) over tasks of ``rate_after - rate_before``, each rate over that task's runs."""
+def _require_same_tasks(before: Mapping[str, object], after: Mapping[str, object]) -> None:
     if set(before) != set(after):
         missing = sorted(set(before) ^ set(after))
         raise ValueError(f"the two evaluations cover different tasks, e.g. {missing[:3]}; compare runs on one task set")
+
+
+def paired_difference(before: Mapping[str, Sequence[bool]], after: Mapping[str, Sequence[bool]]) -> tuple[float, float]:
+    """(mean, SEM) over tasks of ``rate_after - rate_before``, each rate over that task's runs."""
+    _require_same_tasks(before, after)
     if not before:
         raise ValueError("no tasks")
     rate = lambda v: sum(map(bool, v)) / len(v)  # noqa: E731
@@ -72,9 +76,7 @@ def paired_difference(before: Mapping[str, Sequence[bool]], after: Mapping[str, 
 
 def difference_over_runs(before: Mapping[str, Sequence[bool]], after: Mapping[str, Sequence[bool]]) -> tuple[float, float]:
     """(Pass@1 after - Pass@1 before, sqrt(SEM_before^2 + SEM_after^2)), each SEM over its runs."""
-    if set(before) != set(after):
-        missing = sorted(set(before) ^ set(after))
-        raise ValueError(f"the two evaluations cover different tasks, e.g. {missing[:3]}; compare runs on one task set")
+    _require_same_tasks(before, after)
     mean_a, sem_a, _ = pass_at_1_over_runs(before)
     mean_b, sem_b, _ = pass_at_1_over_runs(after)
     return mean_b - mean_a, math.sqrt(sem_a**2 + sem_b**2)

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from swerl.agent.trajectory import Trajectory
+from swerl.data.task import Task
 from swerl.eval.report import EvalReport, build_report
 from swerl.rollout.runner import RolloutSummary
 from swerl.stages.errors import StageInputError
@@ -60,6 +61,18 @@ class RolloutResult(BaseModel):
     tasks: list[str]
 
 
+def stage_tasks(stage: RolloutStage) -> list[Task]:
+    """The stage's tasks in file order: the whole file, or its ``instance_ids`` (each must be in it)."""
+    tasks = load_task_file(stage.tasks, stage.skip_invalid)
+    if stage.instance_ids is not None:
+        unknown = sorted(set(stage.instance_ids) - {t.instance_id for t in tasks})
+        if unknown:
+            raise StageInputError(f"instance_ids not in {stage.tasks}: {unknown[:5]}")
+        wanted = set(stage.instance_ids)
+        tasks = [t for t in tasks if t.instance_id in wanted]
+    return tasks
+
+
 def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | None = None,
                 on_start: Callable[[int], None] | None = None,
                 on_build: Callable[[object], None] | None = None) -> RolloutResult:
@@ -76,13 +89,7 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
     from swerl.rollout.runner import RolloutConfig, rollout
     from swerl.rollout.store import TrajectoryStore
 
-    tasks = load_task_file(stage.tasks, stage.skip_invalid)
-    if stage.instance_ids is not None:
-        unknown = sorted(set(stage.instance_ids) - {t.instance_id for t in tasks})
-        if unknown:
-            raise StageInputError(f"instance_ids not in {stage.tasks}: {unknown[:5]}")
-        wanted = set(stage.instance_ids)
-        tasks = [t for t in tasks if t.instance_id in wanted]
+    tasks = stage_tasks(stage)
     try:
         tok = load_tokenizer(stage.tokenizer or stage.model)
         chat = ChatFormat(tok)
