@@ -11,15 +11,16 @@ from __future__ import annotations
 import json
 import re
 from datetime import date, datetime
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 REPO_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 COMMIT_PATTERN = re.compile(r"^[0-9a-f]{7,40}$")
 
 DEFAULT_PYTHON = "3.11"
-DEFAULT_TEST_CMD = "pytest --no-header -rA --tb=no -p no:cacheprovider"
+# --tb=short: a collection error's traceback stays in the kept log (and in a MISSING test's reason)
+DEFAULT_TEST_CMD = "pytest --no-header -rA --tb=short -p no:cacheprovider"
 DEFAULT_LOG_PARSER = "parse_log_pytest"
 
 
@@ -130,6 +131,32 @@ class Task(BaseModel):
     PASS_TO_PASS: list[str] = Field(default_factory=list, description="Tests that pass before and after the fix.")
     install_config: InstallConfig = Field(default_factory=InstallConfig, description="How to build the environment.")
     docker_image: str | None = Field(None, description="Prebuilt instance image; used as is when set.")
+    # SWE-bench 5: the publisher's own image, test script and parser travel with the record
+    image: str | None = Field(None, description="SWE-bench 5: prebuilt instance image (repository in /testbed); used as is.")
+    eval_script: str | None = Field(None, description="SWE-bench 5: the publisher's bash test script, printing "
+                                    "'>>>>> Start Test Output' / '>>>>> End Test Output' around the tests.")
+    log_parser: str | None = Field(None, description="SWE-bench 5: parser name in swebench's PARSER_REGISTRY "
+                                   "(overrides install_config.log_parser).")
+    eval_type: Literal["pass_and_fail", "fail_only"] = Field(
+        "pass_and_fail", description="SWE-bench 5: 'fail_only' when the parser records only failures (a listed test "
+        "absent from the log passes).")
+    image_assets: dict[str, Any] = Field(default_factory=dict, description="SWE-bench 5: binary files a text patch "
+                                         "cannot carry, {'test_patch': [{'path', 'url'}], 'patch': [...]}.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _knows_how_to_test(cls, data: Any) -> Any:
+        # SWE-bench before version 5 kept test commands in the harness's code, not in the record:
+        # grading such a record with defaults tests nothing, so it is refused instead of guessed
+        # an explicit empty install_config ({}) asks for the defaults on purpose; null is a missing one
+        if isinstance(data, dict) and data.get("install_config") in (None, "") and not str(data.get("eval_script") or "").strip():
+            raise ValueError(
+                "the record has neither install_config nor eval_script, so nothing says how to install the "
+                "repository or run its tests (SWE-bench records before version 5 kept that in the harness's code); "
+                "add an install_config (python, install, test_cmd, log_parser: SWE-rebench's format) or use the "
+                "current SWE-bench release, whose records carry image, eval_script, log_parser and eval_type"
+            )
+        return data
 
     @field_validator("instance_id")
     @classmethod
@@ -190,7 +217,25 @@ class Task(BaseModel):
                 raise ValueError(f"install_config is a string but not JSON: {e}") from e
         return v
 
-    @field_validator("docker_image", "created_at", "version", "environment_setup_commit", mode="before")
+    @field_validator("image_assets", mode="before")
+    @classmethod
+    def _assets(cls, v: Any) -> Any:
+        if v is None or (isinstance(v, str) and not v.strip()):
+            return {}
+        if isinstance(v, str):  # the Hugging Face datasets ship it as a JSON string
+            try:
+                return json.loads(v)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"image_assets is a string but not JSON: {e}") from e
+        return v
+
+    @field_validator("eval_type", mode="before")
+    @classmethod
+    def _eval_type(cls, v: Any) -> Any:
+        return "pass_and_fail" if v is None or v == "" else v
+
+    @field_validator("docker_image", "image", "eval_script", "log_parser", "created_at", "version",
+                     "environment_setup_commit", mode="before")
     @classmethod
     def _empty_as_none(cls, v: Any) -> Any:
         if v is None or (isinstance(v, str) and not v.strip()):
@@ -198,6 +243,16 @@ class Task(BaseModel):
         if isinstance(v, (datetime, date)):  # Parquet / HF timestamp columns arrive as datetimes
             return v.isoformat()
         return str(v) if isinstance(v, (int, float)) else v
+
+    @property
+    def prebuilt_image(self) -> str | None:
+        """The publisher's image (SWE-bench 5 ``image`` or SWE-rebench ``docker_image``), used without a build."""
+        return self.image or self.docker_image
+
+    @property
+    def parser_name(self) -> str:
+        """The log parser: the record's own ``log_parser`` first, then install_config's."""
+        return self.log_parser or self.install_config.log_parser
 
     @property
     def owner_name(self) -> tuple[str, str]:

@@ -29,7 +29,12 @@ from swerl.envs.sandbox import ExecResult, SandboxError
 RUNNER_DIR = "/opt/swerl"
 RUNNER = f"{RUNNER_DIR}/swerl_exec.py"
 HOST_GRACE_S = 15.0
-PYTHON_CANDIDATES = ("/usr/bin/python3", "/usr/local/bin/python3", "/opt/conda/bin/python3", "/opt/venv/bin/python3")
+PYTHON_CANDIDATES = ("/usr/bin/python3", "/usr/local/bin/python3", "/opt/conda/bin/python3", "/opt/miniconda3/bin/python3",
+                     "/opt/venv/bin/python3")
+# SWE-bench and SWE-rebench images keep the task's Python in this conda environment; their eval
+# scripts activate it, and so must every command the agent runs there
+SWEBENCH_CONDA_ENV = "/opt/miniconda3/envs/testbed"
+SWEBENCH_ACTIVATE = "source /opt/miniconda3/bin/activate && conda activate testbed"
 
 
 class DockerSandboxConfig(BaseModel):
@@ -44,6 +49,11 @@ class DockerSandboxConfig(BaseModel):
     output_limit_bytes: int = Field(64_000, ge=1_000, le=64_000_000, description="Output kept per exec (head + tail).")
     lifetime_s: int = Field(7200, ge=60, le=7 * 86400, description="The container removes itself after this long, whatever happens.")
     run_id: str | None = Field(None, description="Label tying containers to one run, for reaping and leak checks.")
+    activate: str | None = Field(
+        "auto", description="Shell lines sourced once when the sandbox starts; every command inherits the "
+        "environment they leave (PATH, CONDA_PREFIX, ...). 'auto': SWE-bench's conda environment "
+        f"({SWEBENCH_CONDA_ENV}) when the image has one; None: the image's own environment.",
+    )
     exec_channel: bool = Field(
         False, description="Send commands to one long-lived runner over an attached exec (a few ms each) instead of "
         "a docker exec per command (~80 ms). For the agent's own sandbox: a command can forge the runner's answers "
@@ -77,8 +87,10 @@ def _tar(files: dict[str, tuple[bytes, int]]) -> bytes:
     return buf.getvalue()
 
 
-# Where python3 lives is a property of the image; probing once per image saves a docker exec per sandbox.
+# Where python3 lives, and what an activation leaves in the environment, are properties of the image:
+# probing once per image saves docker execs on every later sandbox.
 _PYTHON_BY_IMAGE: dict[str, str] = {}
+_ACTIVATED_ENV: dict[tuple[str, str], dict[str, str]] = {}
 
 
 class DockerSandbox:
@@ -94,6 +106,7 @@ class DockerSandbox:
         self._python: str | None = None
         self._channel: ExecChannel | None = None
         self._channel_lock = threading.Lock()  # one request in flight: answers are matched by tag, not multiplexed
+        self._env: dict[str, str] = {}
         self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------
@@ -125,6 +138,7 @@ class DockerSandbox:
             raise SandboxError(f"cannot install the command runner in a container of {self.image}")
         self._python = _PYTHON_BY_IMAGE.get(self.image) or self._find_python()
         _PYTHON_BY_IMAGE[self.image] = self._python
+        self._env = self._activated_env()
         if cfg.exec_channel:
             try:
                 self._channel = ExecChannel(docker_client().api, self._container.id, [self._python, "-I", "-S", "-u", RUNNER, "--serve"])
@@ -133,6 +147,33 @@ class DockerSandbox:
         if self.base_commit is None:
             head = self._raw(["git", "-C", cfg.workdir, "rev-parse", "HEAD"])
             self.base_commit = head.strip() if len(head.strip()) == 40 else None
+
+    def _activated_env(self) -> dict[str, str]:
+        """The variables an activation sets or changes, to pass to every command (probed once per image)."""
+        key = (self.image, self.config.activate or "")
+        if key not in _ACTIVATED_ENV:
+            _ACTIVATED_ENV[key] = self._probe_activation(self.config.activate)
+        return dict(_ACTIVATED_ENV[key])
+
+    def _probe_activation(self, activate: str | None) -> dict[str, str]:
+        if activate == "auto":
+            code, _ = self._container.exec_run(["test", "-x", f"{SWEBENCH_CONDA_ENV}/bin/python"])
+            activate = SWEBENCH_ACTIVATE if code == 0 else None
+        if not activate:
+            return {}
+        script = f"env -0 > /tmp/.swerl-env-before && {{ {activate} ; }} >/dev/null 2>&1 && env -0"
+        code, out = self._container.exec_run(["bash", "-c", script], demux=False)
+        if code != 0:
+            raise SandboxError(f"activating the environment of {self.image} failed (exit {code}): {activate!r}; "
+                               "fix the image or set the sandbox's `activate` (None: the image's own environment)")
+        before = _env_of(self._raw(["cat", "/tmp/.swerl-env-before"]))
+        after = _env_of((out or b"").decode("utf-8", "replace"))
+        return {k: v for k, v in after.items() if k not in _SHELL_OWN_VARS and before.get(k) != v}
+
+    @property
+    def python(self) -> str:
+        """The image's system python3, which runs swerl's own helpers (never the task's environment)."""
+        return self._python or "python3"
 
     def _raw(self, argv: list[str]) -> str:
         code, out = self._container.exec_run(argv, demux=False)
@@ -186,7 +227,7 @@ class DockerSandbox:
         timeout = self.config.default_timeout_s if timeout is None else timeout
         tag = uuid.uuid4().hex
         request = {"cmd": cmd, "timeout": timeout, "limit": self.config.output_limit_bytes,
-                   "tag": tag, "cwd": cwd or self.config.workdir, "env": env or {}}
+                   "tag": tag, "cwd": cwd or self.config.workdir, "env": {**self._env, **(env or {})}}
         with self._channel_lock:
             if self._channel is not None and self._channel.alive():
                 return ExecResult(command=cmd, **self._over_channel(request, timeout))
@@ -285,6 +326,14 @@ class DockerSandbox:
         if res.exit_code != 0:
             raise SandboxError(f"git diff against {base} failed: {res.output[-500:]}")
         return self.read_file(out).decode("utf-8", "surrogateescape")
+
+
+_SHELL_OWN_VARS = frozenset({"SHLVL", "_", "PWD", "OLDPWD"})
+
+
+def _env_of(text: str) -> dict[str, str]:
+    """``env -0`` output as a dict."""
+    return dict(kv.split("=", 1) for kv in text.split("\0") if "=" in kv)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -31,6 +31,7 @@ ENV_REPO = "swerl-env"
 INSTANCE_REPO = "swerl-instance"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 VENV = "/opt/venv"
+UPGRADE_INSTALLERS = "python -m pip install --upgrade pip setuptools wheel"
 
 
 class ImageConfig(BaseModel):
@@ -99,6 +100,10 @@ def env_dockerfile(spec: EnvSpec, base: str) -> str:
         "PIP_ROOT_USER_ACTION=ignore PYTHONDONTWRITEBYTECODE=1",
         f"RUN python3 -m venv {VENV}",
         f"ENV VIRTUAL_ENV={VENV} PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        # a distribution's venv carries its own old pip (bullseye: 20.3), which cannot install a
+        # PEP 660 editable pyproject.toml project; the newest pip/setuptools/wheel that support this
+        # Python can (pip picks them by Requires-Python, 3.8 included)
+        f"RUN {UPGRADE_INSTALLERS}",
     ]
     lines += [f"RUN {cmd}" for cmd in spec.pre_install]
     lines.append(f"RUN pip install {' '.join(shlex.quote(p) for p in spec.pip_packages)}")

@@ -5,10 +5,13 @@ Steps, each in the same new container (network off):
 1. split the agent's diff and drop every section that touches tests, test configuration,
    interpreter hooks, ``.git`` or paths outside the repository (reported as dropped);
 2. apply the rest (``git apply``, then ``patch --fuzz`` as SWE-bench does);
-3. put every file of the test patch back to base_commit, then apply the test patch;
-4. run the test command with a hard timeout that kills the whole process tree;
-5. parse the log with the task's parser and, for pytest, compare with the report of a
-   plugin whose module name is random per run: a forged "PASSED" line disagrees with it.
+3. put every file of the test patch back to base_commit, then apply the test patch (a
+   SWE-bench 5 record's own ``eval_script`` applies it itself: it is only checked);
+4. run the tests between SWE-bench's markers (the record's ``eval_script``, or
+   ``install_config``'s test command) with a hard timeout that kills the whole process tree;
+5. decide with swebench's own grading on the log (``swerl.grading.judge``) and, for pytest,
+   compare with the report of a plugin whose module name is random per run: a forged
+   "PASSED" line disagrees with it.
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ from swerl.data.task import Task
 from swerl.envs.docker_sandbox import DockerSandbox, DockerSandboxConfig, concurrency_slots
 from swerl.envs.sandbox import SandboxError
 from swerl.grading.diffs import DiffParseError, join_diff, split_diff
-from swerl.grading.log_parsers import FAILING, PASSING, UnknownLogParserError, get_log_parser
+from swerl.grading.judge import judge
+from swerl.grading.log_parsers import UnknownLogParserError, get_log_parser
 from swerl.grading.protected import ProtectedPathsConfig, filter_sections
-from swerl.grading.results import FailureClass, GradeResult, TestDetail
+from swerl.grading.results import FailureClass, GradeResult
+from swerl.grading.test_script import AssetError, instrumentation, native_script, published_script
 
 WORK = "/tmp/swerl-grade"
 
@@ -69,43 +74,6 @@ def select_test_files(task: Task) -> list[str]:
     return sorted(files)
 
 
-def judge(task: Task, statuses: dict[str, str], report: dict | None, exit_code: int, is_pytest: bool) -> tuple[dict[str, TestDetail], bool, str, bool]:
-    """Decide resolution from the parsed log and pytest's own report.
-
-    Returns (per-test detail, resolved, reason, log_valid). A test missing from the log
-    or skipped is failing; a log that disagrees with the report, or a non-zero exit with
-    no failure in the log, is invalid and resolves nothing.
-    """
-    tests: dict[str, TestDetail] = {}
-    for kind, names in (("FAIL_TO_PASS", task.FAIL_TO_PASS), ("PASS_TO_PASS", task.PASS_TO_PASS)):
-        for name in names:
-            status = statuses.get(name, "MISSING")
-            tests[name] = TestDetail(expected=kind, status=status, passed=status in PASSING)
-    problems = []
-    if is_pytest:
-        if report is None or not report.get("complete"):
-            problems.append("pytest's own report is missing: the test run was cut short or tampered with")
-        else:
-            truth = report.get("tests", {})
-            for name, detail in tests.items():
-                if detail.status != "MISSING" and name in truth and (truth[name] in PASSING) != detail.passed:
-                    problems.append(f"log says {name} {detail.status} but pytest recorded {truth[name]}")
-                if detail.passed and name not in truth:
-                    problems.append(f"log says {name} passed but pytest never ran it")
-    if exit_code != 0 and not any(s in FAILING for s in statuses.values()):
-        problems.append(f"test command exited {exit_code} while the log shows no failure")
-    log_valid = not problems
-    failing = [n for n, d in tests.items() if not d.passed]
-    resolved = log_valid and not failing
-    if not log_valid:
-        reason = "; ".join(problems[:5])
-    elif failing:
-        reason = f"{len(failing)} test(s) not passing: " + ", ".join(f"{n} ({tests[n].status})" for n in failing[:5])
-    else:
-        reason = "all FAIL_TO_PASS and PASS_TO_PASS tests pass"
-    return tests, resolved, reason, log_valid
-
-
 def _plugin_source() -> bytes:
     return resources.files("swerl.grading").joinpath("resources/swerl_pytest_report.py").read_bytes()
 
@@ -129,7 +97,7 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
     result = GradeResult(instance_id=task.instance_id, resolved=False, image=sandbox.image)
     base = shlex.quote(task.base_commit)
     try:
-        parser = get_log_parser(task.install_config.log_parser)
+        parser = get_log_parser(task.parser_name)
     except UnknownLogParserError as e:
         result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
         return result
@@ -175,8 +143,10 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
         if res.exit_code != 0:
             raise SandboxError(f"restoring test files failed: {res.output[-500:]}")
     if task.test_patch.strip():
+        # a published eval_script applies the test patch itself; checking first tells a broken task apart
         sandbox.write_file(f"{WORK}/test.patch", task.test_patch)
-        res = sandbox.exec(f"git apply --verbose {WORK}/test.patch", timeout=120)
+        check = "--check" if task.eval_script else ""
+        res = sandbox.exec(f"git apply --verbose {check} {WORK}/test.patch", timeout=120)
         if res.exit_code != 0:
             result.failure_class = FailureClass.INFRA_ERROR
             result.reason = f"the task's test patch does not apply to base_commit (task is broken): {res.output[-500:]}"
@@ -184,43 +154,50 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
 
     nonce = uuid.uuid4().hex[:16]
     plugin_dir, report_path = f"{WORK}/plug-{nonce}", f"{WORK}/report-{nonce}.json"
-    sandbox.write_file(f"{plugin_dir}/swerl_report_{nonce}.py", _plugin_source())
-    test_cmd = task.install_config.test_cmd
-    is_pytest = "pytest" in test_cmd
-    script = "\n".join([
-        "export PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1",
-        f"export SWERL_REPORT_PATH={report_path}",
-        f"export PYTHONPATH={plugin_dir}${{PYTHONPATH:+:$PYTHONPATH}}",
-        f'export PYTEST_ADDOPTS="-p swerl_report_{nonce} ${{PYTEST_ADDOPTS:-}}"',
-        *task.install_config.eval_commands,
-        f"cd {sandbox.config.workdir}",
-        f"{test_cmd} {' '.join(shlex.quote(t) for t in select_test_files(task))}",
-    ])
-    run = sandbox.exec(script, timeout=config.test_timeout_s)
+    exports = instrumentation(plugin_dir, f"swerl_report_{nonce}", report_path)
+    try:
+        script = (published_script(task, exports) if task.eval_script
+                  else native_script(task, select_test_files(task), sandbox.config.workdir, exports))
+    except AssetError as e:
+        result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
+        return result
+    script_path = f"{WORK}/eval-{nonce}.sh"
+    sandbox.write_files({f"{plugin_dir}/swerl_report_{nonce}.py": (_plugin_source(), 0o644),
+                         script_path: (script.text, 0o755), **{p: (d, 0o644) for p, d in script.files.items()}})
+    logs.write("eval.sh", script.text)
+    run = sandbox.exec(f"cd {shlex.quote(sandbox.config.workdir)} && bash {script_path}", timeout=config.test_timeout_s)
     logs.write("test_output.txt", run.output)
     result.test_exit_code = run.exit_code
     if run.timed_out:
         result.failure_class = FailureClass.TIMEOUT
         result.reason = f"tests did not finish within {config.test_timeout_s:.0f}s; every process they started was killed"
         return result
-    try:
-        report = json.loads(sandbox.read_file(report_path)) if is_pytest else None
-    except (FileNotFoundError, json.JSONDecodeError, SandboxError):
-        report = None
+    report = _read_report(sandbox, report_path) if script.runs_pytest else None
     logs.write("report.json", json.dumps(report, indent=1))
-    statuses = parser(run.output)
-    if run.truncated:
-        # the middle of a huge log is gone: trust pytest's report for tests the log lost
-        statuses = {**{k: v for k, v in (report or {}).get("tests", {}).items()}, **statuses}
-    result.tests, resolved, reason, result.log_valid = judge(task, statuses, report, run.exit_code, is_pytest)
-    if no_patch or not result.tests:
-        result.resolved = False
-    else:
-        result.resolved = resolved
+    if script.exit_code_is_tests:
+        exit_code = run.exit_code
+    else:  # the published script ends with a `git checkout`: pytest's own status is the tests'
+        exit_code = report.get("exitstatus") if report and isinstance(report.get("exitstatus"), int) else None
+    verdict = judge(task, run.output, report, exit_code, script.runs_pytest, truncated=run.truncated, parser=parser)
+    result.tests, result.log_valid, result.swebench_resolved = verdict.tests, verdict.log_valid, verdict.swebench_resolved
+    result.resolved = bool(verdict.resolved and not no_patch and result.tests)
     if result.failure_class is None and not result.resolved:
         result.failure_class = FailureClass.NO_PATCH if no_patch else FailureClass.TESTS_FAILED
-    result.reason = reason if not result.reason else f"{result.reason}; {reason}"
+    result.reason = verdict.reason if not result.reason else f"{result.reason}; {verdict.reason}"
     return result
+
+
+def _read_report(sandbox: DockerSandbox, path: str) -> dict | None:
+    """The plugin's report, or None when it is absent or not the object the plugin writes."""
+    try:
+        report = json.loads(sandbox.read_file(path, max_bytes=64_000_000).decode("utf-8"))
+    except (FileNotFoundError, IsADirectoryError, UnicodeDecodeError, ValueError, SandboxError):
+        return None
+    if not isinstance(report, dict) or not isinstance(report.get("tests", {}), dict):
+        return None
+    if not all(isinstance(v, str) for v in report.get("tests", {}).values()):
+        return None
+    return report
 
 
 def grade_prediction(task: Task, patch: str | None, image: str, config: GradingConfig, *,

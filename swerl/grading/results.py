@@ -48,6 +48,8 @@ class GradeResult(BaseModel):
     applied_with: str | None = None
     test_exit_code: int | None = None
     log_valid: bool = True
+    swebench_resolved: bool | None = Field(None, description="swebench's own verdict on the same log, before swerl's "
+                                           "evidence checks (None when no tests ran).")
     image: str | None = None
     duration_s: float = 0.0
     attempts: int = 1

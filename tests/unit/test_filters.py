@@ -30,6 +30,7 @@ def task(patch: str = "", n: int = 1, fail_to_pass=("tests/test_utils.py::test_p
             "repo": "octo/demo",
             "base_commit": "a091fab020ac26548250c907bae0855273a98778",
             "patch": patch,
+            "install_config": {},
             "FAIL_TO_PASS": list(fail_to_pass),
             "PASS_TO_PASS": list(pass_to_pass),
         }

@@ -1,10 +1,13 @@
-"""Resolution rules, decided from the parsed log and pytest's own report (no Docker)."""
+"""Resolution rules: swebench's grading on the log, pytest's own report on top (no Docker)."""
 
 from swerl.data.task import Task
-from swerl.grading.grader import judge, select_test_files
+from swerl.grading.grader import select_test_files
+from swerl.grading.judge import judge
+from swerl.grading.log_parsers import get_log_parser
+from swerl.grading.test_ids import group_by_parser_form, lookup, parser_form
 
 TASK = Task(
-    instance_id="o__r-1", repo="o/r", base_commit="a" * 40,
+    instance_id="o__r-1", repo="o/r", base_commit="a" * 40, install_config={},
     FAIL_TO_PASS=["tests/test_a.py::test_fix"], PASS_TO_PASS=["tests/test_a.py::test_old", "tests/test_b.py::test_other"],
     test_patch="diff --git a/tests/test_a.py b/tests/test_a.py\n--- a/tests/test_a.py\n+++ b/tests/test_a.py\n@@ -1 +1,2 @@\n x\n+y\n",
 )
@@ -12,57 +15,158 @@ ALL_PASS = {"tests/test_a.py::test_fix": "PASSED", "tests/test_a.py::test_old": 
 REPORT = {"complete": True, "tests": dict(ALL_PASS)}
 
 
+def log_of(statuses: dict[str, str], exit_code: int = 0) -> str:
+    """A test log as swerl's grading script prints it: pytest's -rA lines between SWE-bench's markers."""
+    lines = ["+ cd /testbed", ">>>>> Start Test Output", "============ short test summary info ============"]
+    lines += [f"{status} {name}" for name, status in statuses.items()]
+    lines += [">>>>> End Test Output", f">>>>> Test Exit Code: {exit_code}"]
+    return "\n".join(lines) + "\n"
+
+
 def test_every_listed_test_passing_resolves():
-    tests, resolved, reason, valid = judge(TASK, ALL_PASS, REPORT, 0, True)
-    assert (resolved, valid, reason) == (True, True, "all FAIL_TO_PASS and PASS_TO_PASS tests pass")
-    assert tests["tests/test_a.py::test_fix"].expected == "FAIL_TO_PASS"
+    v = judge(TASK, log_of(ALL_PASS), REPORT, 0, True)
+    assert (v.resolved, v.swebench_resolved, v.log_valid, v.reason) == (True, True, True, "all FAIL_TO_PASS and PASS_TO_PASS tests pass")
+    assert v.tests["tests/test_a.py::test_fix"].expected == "FAIL_TO_PASS"
 
 
 def test_a_failing_pass_to_pass_test_does_not_resolve():
     statuses = {**ALL_PASS, "tests/test_b.py::test_other": "FAILED"}
-    _, resolved, reason, valid = judge(TASK, statuses, {"complete": True, "tests": statuses}, 1, True)
-    assert (resolved, valid) == (False, True)
-    assert reason == "1 test(s) not passing: tests/test_b.py::test_other (FAILED)"
+    v = judge(TASK, log_of(statuses, 1), {"complete": True, "tests": statuses}, 1, True)
+    assert (v.resolved, v.swebench_resolved, v.log_valid) == (False, False, True)
+    assert v.reason == "1 test(s) not passing: tests/test_b.py::test_other (FAILED)"
 
 
-def test_a_missing_test_counts_as_failing():
+def test_a_missing_test_counts_as_failing_and_the_reason_carries_the_collection_error():
     statuses = {k: v for k, v in ALL_PASS.items() if "fix" not in k}
-    tests, resolved, _, _ = judge(TASK, statuses, {"complete": True, "tests": statuses}, 0, True)
-    assert resolved is False and tests["tests/test_a.py::test_fix"].status == "MISSING"
+    report = {"complete": True, "tests": statuses,
+              "collect_errors": [{"nodeid": "tests/test_c.py", "longrepr": "Traceback\nE   ModuleNotFoundError: No module named 'octo'"}]}
+    v = judge(TASK, log_of(statuses), report, 0, True)
+    assert v.resolved is False and v.tests["tests/test_a.py::test_fix"].status == "MISSING"
+    assert v.reason == ("1 test(s) not passing: tests/test_a.py::test_fix (MISSING); collection errors: "
+                        "tests/test_c.py: Traceback | E   ModuleNotFoundError: No module named 'octo'")
 
 
-def test_a_skipped_test_counts_as_failing():
+def test_without_a_report_the_first_error_lines_of_the_log_explain_missing_tests():
+    log = ">>>>> Start Test Output\nImportError while loading conftest\nE   ModuleNotFoundError: No module named 'octo'\n>>>>> End Test Output\n"
+    v = judge(TASK, log, None, 4, False)
+    assert v.resolved is False
+    assert "first errors in the log: ImportError while loading conftest | E   ModuleNotFoundError: No module named 'octo'" in v.reason
+
+
+def test_a_skipped_fail_to_pass_test_counts_as_failing():
     statuses = {**ALL_PASS, "tests/test_a.py::test_fix": "SKIPPED"}
-    tests, resolved, _, _ = judge(TASK, statuses, {"complete": True, "tests": statuses}, 0, True)
-    assert resolved is False and tests["tests/test_a.py::test_fix"].passed is False
+    v = judge(TASK, log_of(statuses), {"complete": True, "tests": statuses}, 0, True)
+    assert v.resolved is False and v.tests["tests/test_a.py::test_fix"].passed is False
+
+
+def test_a_skipped_pass_to_pass_test_is_maintained_as_in_swebench():
+    statuses = {**ALL_PASS, "tests/test_b.py::test_other": "SKIPPED"}
+    v = judge(TASK, log_of(statuses), {"complete": True, "tests": statuses}, 0, True)
+    assert (v.resolved, v.swebench_resolved) == (True, True)
 
 
 def test_xfail_counts_as_passing_like_swebench():
     statuses = {**ALL_PASS, "tests/test_a.py::test_old": "XFAIL"}
-    assert judge(TASK, statuses, {"complete": True, "tests": statuses}, 0, True)[1] is True
+    assert judge(TASK, log_of(statuses), {"complete": True, "tests": statuses}, 0, True).resolved is True
 
 
 def test_forged_passed_line_disagreeing_with_pytest_report_is_invalid():
     report = {"complete": True, "tests": {**ALL_PASS, "tests/test_a.py::test_fix": "FAILED"}}
-    _, resolved, reason, valid = judge(TASK, ALL_PASS, report, 1, True)
-    assert (resolved, valid) == (False, False)
-    assert "log says tests/test_a.py::test_fix PASSED but pytest recorded FAILED" in reason
+    v = judge(TASK, log_of(ALL_PASS, 1), report, 1, True)
+    assert (v.resolved, v.swebench_resolved, v.log_valid) == (False, False, False)
+    assert "log says tests/test_a.py::test_fix PASSED but pytest recorded FAILED" in v.reason
+
+
+def test_forged_exit_code_line_does_not_hide_the_real_exit_code():
+    # the code under test prints swebench's exit-code line first: swebench reads 0, swerl has the runner's 1
+    report = {"complete": True, "tests": {k: "PASSED" for k in ALL_PASS}}
+    log = ">>>>> Test Exit Code: 0\n" + log_of(ALL_PASS, 1)
+    v = judge(TASK, log, report, 1, True)
+    assert (v.swebench_resolved, v.resolved, v.log_valid) == (True, False, False)
+    assert v.reason == "test command exited 1 while the log shows no failure"
 
 
 def test_missing_pytest_report_is_invalid():
-    _, resolved, reason, valid = judge(TASK, ALL_PASS, None, 0, True)
-    assert (resolved, valid) == (False, False)
-    assert reason.startswith("pytest's own report is missing")
+    v = judge(TASK, log_of(ALL_PASS), None, 0, True)
+    assert (v.resolved, v.log_valid) == (False, False)
+    assert v.reason.startswith("pytest's own report is missing")
+
+
+def test_report_of_the_wrong_shape_is_missing_not_a_crash():
+    for report in ([1, 2], {"complete": True, "tests": ["x"]}, "text"):
+        v = judge(TASK, log_of(ALL_PASS), report, 0, True)  # type: ignore[arg-type]
+        assert v.resolved is False
 
 
 def test_nonzero_exit_with_no_failure_in_log_is_invalid():
-    _, resolved, reason, valid = judge(TASK, ALL_PASS, REPORT, 3, True)
-    assert (resolved, valid, reason) == (False, False, "test command exited 3 while the log shows no failure")
+    v = judge(TASK, log_of(ALL_PASS, 3), REPORT, 3, True)
+    assert (v.resolved, v.log_valid) == (False, False)
+
+
+def test_log_without_markers_holds_no_gradable_run():
+    v = judge(TASK, "PASSED tests/test_a.py::test_fix\n", REPORT, 0, True)
+    assert (v.resolved, v.swebench_resolved, v.log_valid) == (False, False, False)
+    assert v.reason.startswith("the log holds no test run swebench can grade")
 
 
 def test_non_pytest_commands_are_judged_on_the_log_alone():
-    assert judge(TASK, ALL_PASS, None, 0, False)[1] is True
+    assert judge(TASK, log_of(ALL_PASS), None, 0, False).resolved is True
 
 
 def test_targets_are_test_patch_files_plus_files_of_listed_tests():
     assert select_test_files(TASK) == ["tests/test_a.py", "tests/test_b.py"]
+
+
+# --- ids as the publisher's parser writes them ---------------------------------------
+
+SPACED = "tests/test_a.py::test_x[a b-1]"
+
+
+def test_parser_forms_follow_each_parser():
+    assert parser_form(SPACED, get_log_parser("parse_log_pytest")) == "tests/test_a.py::test_x[a"
+    assert parser_form(SPACED, get_log_parser("parse_log_pytest_v2")) == SPACED
+    assert parser_form("t.py::test_p[/tmp/x/y.txt]", get_log_parser("parse_log_pytest_options")) == "t.py::test_p[/y.txt]"
+    assert parser_form("t.py::test_plain", get_log_parser("parse_log_pytest")) == "t.py::test_plain"
+
+
+def test_nodes_cut_to_one_form_keep_every_outcome():
+    groups = group_by_parser_form({SPACED: "PASSED", "tests/test_a.py::test_x[a c-2]": "FAILED"},
+                                  get_log_parser("parse_log_pytest"))
+    assert groups == {"tests/test_a.py::test_x[a": ["PASSED", "FAILED"]}
+    assert lookup("tests/test_a.py::test_x[", groups) == ["PASSED", "FAILED"]  # cut inside the brackets: prefix
+    assert lookup("tests/test_a.py::test_y", groups) is None
+
+
+def _spaced_task(parser: str, f2p: str) -> Task:
+    return TASK.model_copy(update={"FAIL_TO_PASS": [f2p], "PASS_TO_PASS": [],
+                                   "install_config": TASK.install_config.model_copy(update={"log_parser": parser})})
+
+
+def test_a_published_cut_id_grades_as_its_publisher_grades_it():
+    task = _spaced_task("parse_log_pytest", "tests/test_a.py::test_x[a")
+    truth = {"complete": True, "tests": {SPACED: "PASSED"}}
+    v = judge(task, log_of({SPACED: "PASSED"}), truth, 0, True)
+    assert (v.resolved, v.log_valid, v.tests["tests/test_a.py::test_x[a"].status) == (True, True, "PASSED")
+
+
+def test_a_cut_id_whose_real_test_failed_still_disagrees_with_a_forged_line():
+    task = _spaced_task("parse_log_pytest", "tests/test_a.py::test_x[a")
+    truth = {"complete": True, "tests": {SPACED: "FAILED"}}
+    v = judge(task, log_of({SPACED: "PASSED"}, 1), truth, 1, True)
+    assert (v.resolved, v.log_valid) == (False, False)
+    assert "log says tests/test_a.py::test_x[a PASSED but pytest recorded FAILED" in v.reason
+
+
+def test_the_v2_parser_keeps_spaces_and_matches_the_full_node_id():
+    task = _spaced_task("parse_log_pytest_v2", SPACED)
+    v = judge(task, log_of({SPACED: "PASSED"}), {"complete": True, "tests": {SPACED: "PASSED"}}, 0, True)
+    assert (v.resolved, v.log_valid) == (True, True)
+
+
+def test_fail_only_counts_a_test_absent_from_the_log_as_passing_unless_pytest_says_otherwise():
+    task = TASK.model_copy(update={"eval_type": "fail_only"})
+    only_failures_log = log_of({})
+    assert judge(task, only_failures_log + "1 passing\n", None, 0, False).resolved is True
+    v = judge(task, only_failures_log + "1 passing\n", {"complete": True, "tests": {**ALL_PASS, "tests/test_a.py::test_fix": "FAILED"}}, 0, True)
+    assert (v.swebench_resolved, v.resolved) == (True, False)
+    assert "pytest recorded FAILED" in v.reason

@@ -20,6 +20,7 @@ def rec(n: int, **changes) -> dict:
         "base_commit": COMMIT,
         "FAIL_TO_PASS": [f"tests/test_demo.py::test_fix_{n}"],
         "PASS_TO_PASS": ["tests/test_demo.py::test_ok"],
+        "install_config": {"python": "3.11"},
     }
     record.update(changes)
     return record
@@ -107,15 +108,33 @@ def test_parquet_with_json_string_columns_as_swe_bench_publishes(tmp_path):
             "FAIL_TO_PASS": ['["tests/test_demo.py::test_a"]'],
             "PASS_TO_PASS": ['["tests/test_demo.py::test_ok"]'],
             "version": ["1.3"],
+            "image": ["swebench/sweb.eval.x86_64.octo_1776_demo-1:latest"],
+            "eval_script": ["#!/bin/bash\nset -uxo pipefail\n: '>>>>> Start Test Output'\npytest -rA\n: '>>>>> End Test Output'\n"],
+            "log_parser": ["parse_log_pytest"],
+            "eval_type": ["pass_and_fail"],
+            "image_assets": ["{}"],
         }
     )
     pq.write_table(table, path)
     (task,) = load_tasks(path).tasks
-    assert (task.FAIL_TO_PASS, task.PASS_TO_PASS, task.version) == (
+    assert (task.FAIL_TO_PASS, task.PASS_TO_PASS, task.version, task.prebuilt_image, task.image_assets) == (
         ["tests/test_demo.py::test_a"],
         ["tests/test_demo.py::test_ok"],
         "1.3",
+        "swebench/sweb.eval.x86_64.octo_1776_demo-1:latest",
+        {},
     )
+
+
+def test_a_pre_5_swe_bench_record_is_refused_naming_its_row_and_the_fix(tmp_path):
+    path = tmp_path / "swe-bench-old.parquet"
+    pq.write_table(pa.table({"instance_id": ["octo__demo-1"], "repo": ["octo/demo"], "base_commit": [COMMIT],
+                             "FAIL_TO_PASS": ['["t.py::a"]'], "version": ["1.3"]}), path)
+    with pytest.raises(TaskLoadError) as e:
+        load_tasks(path)
+    assert "row 1 (instance_id=octo__demo-1): the record has neither install_config nor eval_script" in str(e.value)
+    task_set = load_tasks(path, skip_invalid=True)
+    assert (task_set.tasks, [err.location for err in task_set.errors]) == ([], ["row 1"])
 
 
 def test_hugging_face_dataset_saved_to_disk(tmp_path):
@@ -237,7 +256,7 @@ def test_json_records_are_located_by_record_number_and_parquet_rows_by_row(tmp_p
     json_path = tmp_path / "tasks.json"
     json_path.write_text(json.dumps([rec(1), rec(2, base_commit="HEAD")]))
     parquet_path = tmp_path / "tasks.parquet"
-    pq.write_table(pa.table({"instance_id": ["octo__demo-1", "octo__demo-2"], "repo": ["octo/demo", "demo"], "base_commit": [COMMIT, COMMIT], "FAIL_TO_PASS": [["t::a"], ["t::b"]]}), parquet_path)
+    pq.write_table(pa.table({"instance_id": ["octo__demo-1", "octo__demo-2"], "repo": ["octo/demo", "demo"], "base_commit": [COMMIT, COMMIT], "FAIL_TO_PASS": [["t::a"], ["t::b"]], "install_config": ['{}', '{}']}), parquet_path)
     assert [e.location for e in load_tasks(json_path, skip_invalid=True).errors] == ["record 2"]
     assert [e.location for e in load_tasks(parquet_path, skip_invalid=True).errors] == ["row 2"]
 

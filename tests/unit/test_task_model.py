@@ -176,15 +176,46 @@ def test_pip_packages_published_space_separated_become_a_list():
     assert task.install_config.pip_packages == ["pytest", "flask==2.0"]
 
 
-def test_a_missing_install_config_gets_the_defaults():
+@pytest.mark.parametrize("missing", [None, "absent"])
+def test_a_record_with_neither_install_config_nor_eval_script_is_refused_with_the_fix(missing):
     rec = record()
-    del rec["install_config"]
+    if missing == "absent":
+        del rec["install_config"]
+    else:
+        rec["install_config"] = None
+    with pytest.raises(ValidationError) as e:
+        Task.model_validate(rec)
+    message = str(e.value)
+    assert "neither install_config nor eval_script" in message
+    assert "add an install_config" in message and "image, eval_script, log_parser and eval_type" in message
+
+
+def test_an_explicit_empty_install_config_gets_the_defaults():
+    rec = record()
+    rec["install_config"] = {}
     config = Task.model_validate(rec).install_config
     assert (config.python, config.test_cmd, config.log_parser) == (
         "3.11",
-        "pytest --no-header -rA --tb=no -p no:cacheprovider",
+        "pytest --no-header -rA --tb=short -p no:cacheprovider",
         "parse_log_pytest",
     )
+
+
+def test_a_swebench_5_record_needs_no_install_config():
+    rec = record()
+    del rec["install_config"]
+    rec.update(image="swebench/sweb.eval.x86_64.octo_1776_demo-1:latest", eval_script="#!/bin/bash\npytest -rA\n",
+               log_parser="parse_log_pytest_v2", eval_type="fail_only", image_assets='{"test_patch": []}')
+    task = Task.model_validate(rec)
+    assert (task.prebuilt_image, task.parser_name, task.eval_type, task.image_assets) == (
+        "swebench/sweb.eval.x86_64.octo_1776_demo-1:latest", "parse_log_pytest_v2", "fail_only", {"test_patch": []})
+
+
+def test_an_unknown_eval_type_is_refused():
+    rec = record()
+    rec["eval_type"] = "pass_only"
+    with pytest.raises(ValidationError, match="eval_type"):
+        Task.model_validate(rec)
 
 
 @pytest.mark.parametrize("image", ["", "   ", None])

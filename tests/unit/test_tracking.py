@@ -94,7 +94,7 @@ def test_tree_digest_hashes_sorted_relative_paths_and_file_digests(tmp_path):
 
 
 def test_tasks_digest_is_independent_of_task_order():
-    tasks = [Task(instance_id=f"o__r-{i}", repo="o/r", base_commit="abcdef1", FAIL_TO_PASS=["t"]) for i in range(3)]
+    tasks = [Task(instance_id=f"o__r-{i}", repo="o/r", base_commit="abcdef1", install_config={}, FAIL_TO_PASS=["t"]) for i in range(3)]
     lines = sorted(json.dumps(t.model_dump(mode="json"), sort_keys=True, separators=(",", ":")) for t in tasks)
     assert tasks_digest(tasks) == hashlib.sha256("\n".join(lines).encode()).hexdigest()
     assert tasks_digest(reversed(tasks)) == tasks_digest(tasks)

@@ -6,7 +6,7 @@ from swerl.data.task import Task
 from swerl.grading.results import FailureClass, GradeResult, TestDetail
 from swerl.grading.validate import verdict
 
-TASK = Task(instance_id="o__r-1", repo="o/r", base_commit="b" * 40, FAIL_TO_PASS=["t.py::fix"], PASS_TO_PASS=["t.py::old"])
+TASK = Task(instance_id="o__r-1", repo="o/r", base_commit="b" * 40, install_config={}, FAIL_TO_PASS=["t.py::fix"], PASS_TO_PASS=["t.py::old"])
 
 
 def graded(fix: str, old: str = "PASSED", cls: FailureClass | None = None) -> GradeResult:

@@ -33,7 +33,9 @@ def pytest_runtest_logreport(report):
 
 def pytest_collectreport(report):
     if report.failed:
-        _collect_errors.append(report.nodeid)
+        # the traceback's tail says why tests are missing (an ImportError, a syntax error)
+        text = str(getattr(report, "longreprtext", "") or report.longrepr or "")
+        _collect_errors.append({"nodeid": report.nodeid, "longrepr": text[-2000:]})
 
 
 def pytest_sessionfinish(session, exitstatus):

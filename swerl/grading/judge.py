@@ -1,0 +1,169 @@
+"""Deciding resolution from a test log: swebench's own grading, with swerl's evidence checks on top.
+
+Resolution is what ``swebench.harness.grading`` says for the log (``get_logs_eval``,
+``get_eval_tests_report``, ``get_resolution_status``), called, not re-implemented, so a
+published record grades as its publisher grades it, for both eval types. swerl can only
+take a resolution away, never grant one: where the tests ran under pytest, a plugin with a
+random module name recorded pytest's own outcome of every node, and a log that disagrees
+with it (a forged ``PASSED`` line, a listed test pytest never ran), a missing report, or a
+failing exit with no failure in the log makes the log invalid.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from swerl.data.task import Task
+from swerl.grading.log_parsers import FAILING, LogParser, get_log_parser
+from swerl.grading.results import TestDetail
+from swerl.grading.test_ids import all_passing, group_by_parser_form, lookup
+
+START_TEST_OUTPUT = ">>>>> Start Test Output"
+END_TEST_OUTPUT = ">>>>> End Test Output"
+TEST_EXIT_CODE = ">>>>> Test Exit Code"
+ERROR_LINE = re.compile(r"(Error|Exception|error:|ERROR|Traceback|No module named|not found)")
+MAX_EVIDENCE_CHARS = 1500
+
+
+@dataclass
+class Judgement:
+    """What the log and pytest's report say about one graded run."""
+
+    tests: dict[str, TestDetail] = field(default_factory=dict)
+    resolved: bool = False
+    reason: str = ""
+    log_valid: bool = True
+    swebench_resolved: bool = False  # swebench's verdict on the same log, before swerl's checks
+    status_map: dict[str, str] = field(default_factory=dict)
+
+
+def swebench_status_map(task: Task, log: str) -> tuple[dict[str, str], bool]:
+    """``get_logs_eval`` on ``log``: the parsed statuses, and whether the log holds a usable test run."""
+    from swebench.harness.grading import get_logs_eval
+    from swebench.types import TestSpec
+
+    spec = TestSpec(instance_id=task.instance_id, image=task.prebuilt_image or "", eval_script_list=[], repo=task.repo,
+                    version=task.version or "", FAIL_TO_PASS=list(task.FAIL_TO_PASS), PASS_TO_PASS=list(task.PASS_TO_PASS),
+                    log_parser=task.parser_name, eval_type=task.eval_type)
+    fd, path = tempfile.mkstemp(prefix="swerl-log-", suffix=".txt")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+            f.write(log)
+        status_map, found = get_logs_eval(spec, path)
+    finally:
+        os.unlink(path)
+    return {k: str(getattr(v, "value", v)).upper() for k, v in status_map.items()}, found
+
+
+def swebench_report(task: Task, status_map: Mapping[str, str]) -> tuple[dict, bool]:
+    """``get_eval_tests_report`` and ``get_resolution_status`` for the task's listed tests."""
+    from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS, EvalType, ResolvedStatus
+    from swebench.harness.grading import get_eval_tests_report, get_resolution_status
+
+    gold = {"instance_id": task.instance_id, FAIL_TO_PASS: list(task.FAIL_TO_PASS), PASS_TO_PASS: list(task.PASS_TO_PASS)}
+    report = get_eval_tests_report(dict(status_map), gold, eval_type=EvalType(task.eval_type))
+    return report, get_resolution_status(report) == ResolvedStatus.FULL.value
+
+
+def judge(task: Task, log: str, report: dict | None, exit_code: int | None, is_pytest: bool, *,
+          truncated: bool = False, parser: LogParser | None = None) -> Judgement:
+    """Decide one run. ``exit_code`` is the test command's own status (None when unknown);
+    ``report`` is the swerl plugin's record of pytest's outcomes (None when absent)."""
+    parser = parser or get_log_parser(task.parser_name)
+    status_map, found = swebench_status_map(task, log)
+    groups = group_by_parser_form(_outcomes(report), parser) if is_pytest else {}
+    if truncated and found:
+        # the middle of a huge log is gone: pytest's report speaks for the tests the log lost
+        status_map = {**{form: _worst(s) for form, s in groups.items()}, **status_map}
+    if not found:
+        # swebench refuses the log (a failure marker, an exit code that contradicts it): still read what
+        # it claims, so the per-test detail and the reason say what went wrong; it resolves nothing
+        status_map = parser(_test_region(log))
+    verdict = Judgement(status_map=status_map)
+    tests_report, resolved = swebench_report(task, status_map)
+    verdict.swebench_resolved = found and resolved
+    succeeded = set()
+    for kind in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+        succeeded.update(tests_report.get(kind, {}).get("success", []))
+    for kind, names in (("FAIL_TO_PASS", task.FAIL_TO_PASS), ("PASS_TO_PASS", task.PASS_TO_PASS)):
+        for name in names:
+            seen = lookup(name, {k: [v] for k, v in status_map.items()})
+            verdict.tests[name] = TestDetail(expected=kind, status=seen[0] if seen else "MISSING", passed=name in succeeded)
+
+    problems = []
+    if not found:
+        problems.append("the log holds no test run swebench can grade (no output between the test markers, "
+                        "a harness failure marker, or an exit code that contradicts it)")
+    if is_pytest:
+        problems += _disagreements(verdict.tests, report, groups)
+    if exit_code not in (None, 0) and not any(s in FAILING for s in status_map.values()):
+        problems.append(f"test command exited {exit_code} while the log shows no failure")
+    verdict.log_valid = not problems
+    failing = [n for n, d in verdict.tests.items() if not d.passed]
+    verdict.resolved = verdict.log_valid and verdict.swebench_resolved
+    if not verdict.log_valid:
+        verdict.reason = "; ".join(problems[:5])
+    elif failing:
+        verdict.reason = f"{len(failing)} test(s) not passing: " + ", ".join(f"{n} ({verdict.tests[n].status})" for n in failing[:5])
+    elif not verdict.swebench_resolved:
+        verdict.reason = "swebench's grading does not resolve the run"
+    else:
+        verdict.reason = "all FAIL_TO_PASS and PASS_TO_PASS tests pass"
+    if any(d.status == "MISSING" and not d.passed for d in verdict.tests.values()):
+        evidence = collection_evidence(report, log)
+        if evidence:
+            verdict.reason += f"; {evidence}"
+    return verdict
+
+
+def _test_region(log: str) -> str:
+    if START_TEST_OUTPUT in log:
+        return log.split(START_TEST_OUTPUT, 1)[1].split(END_TEST_OUTPUT, 1)[0]
+    return log
+
+
+def _outcomes(report: dict | None) -> dict[str, str]:
+    tests = (report or {}).get("tests") if isinstance(report, dict) else None
+    return {str(k): str(v) for k, v in tests.items()} if isinstance(tests, dict) else {}
+
+
+def _worst(statuses: list[str]) -> str:
+    return next((s for s in statuses if s in FAILING), statuses[-1])
+
+
+def _disagreements(tests: dict[str, TestDetail], report: dict | None, groups: dict[str, list[str]]) -> list[str]:
+    if not isinstance(report, dict) or not report.get("complete"):
+        return ["pytest's own report is missing: the test run was cut short or tampered with"]
+    problems = []
+    for name, detail in tests.items():
+        truth = lookup(name, groups)
+        if detail.passed and truth is None:
+            problems.append(f"log says {name} passed but pytest never ran it")
+        elif detail.passed and not all_passing(truth, skipped_ok=detail.expected == "PASS_TO_PASS"):
+            # swebench keeps a skipped PASS_TO_PASS test as maintained; a FAIL_TO_PASS test must really pass
+            problems.append(f"log says {name} {detail.status} but pytest recorded {_worst(truth)}")
+        elif detail.status in FAILING and truth is not None and all_passing(truth):
+            problems.append(f"log says {name} {detail.status} but pytest recorded {truth[0]}")
+    return problems
+
+
+def collection_evidence(report: dict | None, log: str) -> str:
+    """Why tests may be missing: pytest's collection errors, else the log's first error lines."""
+    errors = (report or {}).get("collect_errors") if isinstance(report, dict) else None
+    if isinstance(errors, list) and errors:
+        parts = []
+        for err in errors[:3]:
+            if isinstance(err, dict):
+                text = str(err.get("longrepr") or "").strip().splitlines()
+                parts.append(f"{err.get('nodeid') or '<session>'}: " + " | ".join(text[-3:]))
+            else:
+                parts.append(str(err))
+        return ("collection errors: " + "; ".join(parts))[:MAX_EVIDENCE_CHARS]
+    lines = [ln.strip() for ln in log.splitlines() if ERROR_LINE.search(ln) and not ln.startswith("+ ")]
+    if lines:
+        return ("first errors in the log: " + " | ".join(lines[:6]))[:MAX_EVIDENCE_CHARS]
+    return ""

@@ -1,0 +1,106 @@
+"""The bash script a grading sandbox runs: the task's tests between SWE-bench's markers, instrumented.
+
+Two sources, one shape. A SWE-bench 5 record brings its publisher's ``eval_script``; it runs
+as published, with swebench's ``record_test_exit_code`` (the test command's own status after
+the end marker). A SWE-rebench style record brings ``install_config`` (``eval_commands``,
+``test_cmd``); swerl writes the same markers and exit-code line around its test command, so
+both are graded by the same swebench code. Either way the script first exports what puts
+swerl's report plugin (random module name) into every pytest session it starts.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import urllib.request
+from dataclasses import dataclass
+
+from swerl.data.task import Task
+from swerl.grading.judge import END_TEST_OUTPUT, START_TEST_OUTPUT, TEST_EXIT_CODE
+
+ASSETS_DIR = "/tmp/swerl-assets"
+ASSET_FETCH_TIMEOUT_S = 60
+
+
+class AssetError(RuntimeError):
+    """A record's image asset could not be fetched: the task cannot be graded as published."""
+
+
+@dataclass(frozen=True)
+class TestScript:
+    """A grading script and what the grader needs to know about it."""
+
+    __test__ = False
+
+    text: str
+    runs_pytest: bool
+    exit_code_is_tests: bool  # the script's own exit status is the test command's
+    files: dict[str, bytes]  # written into the sandbox before it runs (image assets)
+
+
+def instrumentation(plugin_dir: str, plugin_module: str, report_path: str) -> list[str]:
+    return [
+        "export PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1",
+        f"export SWERL_REPORT_PATH={shlex.quote(report_path)}",
+        f"export PYTHONPATH={shlex.quote(plugin_dir)}${{PYTHONPATH:+:$PYTHONPATH}}",
+        f'export PYTEST_ADDOPTS="-p {plugin_module} ${{PYTEST_ADDOPTS:-}}"',
+    ]
+
+
+def native_script(task: Task, test_files: list[str], workdir: str, exports: list[str]) -> TestScript:
+    """``install_config``'s eval commands and test command, between swebench's markers."""
+    cfg = task.install_config
+    lines = [
+        *exports,
+        *cfg.eval_commands,
+        f"cd {shlex.quote(workdir)}",
+        f"echo '{START_TEST_OUTPUT}'",
+        f"{cfg.test_cmd} {' '.join(shlex.quote(t) for t in test_files)}",
+        "swerl_test_rc=$?",
+        f"echo '{END_TEST_OUTPUT}'",
+        f'echo "{TEST_EXIT_CODE}: $swerl_test_rc"',
+        "exit $swerl_test_rc",
+    ]
+    return TestScript("\n".join(lines) + "\n", "pytest" in cfg.test_cmd, True, {})
+
+
+def published_script(task: Task, exports: list[str]) -> TestScript:
+    """The record's ``eval_script`` as swebench runs it, with the exit-code line and image assets."""
+    from swebench.harness.utils import parse_eval_script, record_test_exit_code
+
+    body = record_test_exit_code(parse_eval_script(task.eval_script or ""))
+    files, restore = stage_assets(task)
+    if restore:  # after the script's own `git apply` of the test patch, as swebench stages them
+        at = next((i for i, line in enumerate(body) if START_TEST_OUTPUT in line), len(body))
+        body = [*body[:at], *restore, *body[at:]]
+    text = "\n".join(["#!/bin/bash", "set -uxo pipefail", *exports, *body]) + "\n"
+    return TestScript(text, "pytest" in _test_region(body), False, files)
+
+
+def _test_region(lines: list[str]) -> str:
+    text = "\n".join(lines)
+    if START_TEST_OUTPUT in text and END_TEST_OUTPUT in text:
+        return text.split(START_TEST_OUTPUT, 1)[1].split(END_TEST_OUTPUT, 1)[0]
+    return text
+
+
+def stage_assets(task: Task) -> tuple[dict[str, bytes], list[str]]:
+    """Binary files a record lists in ``image_assets``: ``{container path: bytes}`` and the copy commands."""
+    files, restore = {}, []
+    for key in ("test_patch", "patch"):
+        for entry in (task.image_assets or {}).get(key) or []:
+            path = entry.get("path") if isinstance(entry, dict) else None
+            if not path:
+                continue
+            url = entry.get("url")
+            if not url:
+                raise AssetError(f"image_assets.{key} lists {path!r} with no url; the task cannot be graded as published")
+            try:
+                with urllib.request.urlopen(url, timeout=ASSET_FETCH_TIMEOUT_S) as resp:
+                    data = resp.read()
+            except (OSError, ValueError) as e:
+                raise AssetError(f"image asset {path!r} could not be fetched from {url}: {e}") from e
+            flat = re.sub(r"[^\w.-]", "__", path)
+            files[f"{ASSETS_DIR}/{flat}"] = data
+            restore.append(f"mkdir -p \"$(dirname {shlex.quote(path)})\" && cp {ASSETS_DIR}/{flat} {shlex.quote(path)}")
+    return files, restore
