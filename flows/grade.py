@@ -19,8 +19,10 @@ def grade(params: GradeParams) -> dict[str, Any]:
     """Predictions JSONL -> results JSONL (resolved, failure class, per-test detail)."""
     from swerl.grading.predictions import read_predictions
 
+    from swerl.stages.images import load_task_file
+
     tasks, repos = task_inputs(params.tasks, params.repos)
-    preds, bad = read_predictions(params.predictions)
+    preds, bad = read_predictions(params.predictions, known_ids={t.instance_id for t in load_task_file(tasks)})
     for line in bad:
         print(f"skipped {line}")
     manifest = params.out.with_suffix(".images.json")
@@ -37,5 +39,12 @@ def grade(params: GradeParams) -> dict[str, Any]:
             f.write(part.read_text())
             part.unlink()
     resolved, total = sum(r["resolved"] for r in results), sum(r["total"] for r in results)
+    infra = [i for r in results for i in r.get("infra_errors", [])]
     print(f"resolved {resolved}/{total}; results {params.out}")
+    if bad and not params.skip_invalid:
+        raise ValueError(f"{len(bad)} bad prediction line(s) were skipped: {'; '.join(bad[:5])}; fix them, or set "
+                         f"skip_invalid to accept the skip (the other predictions are graded in {params.out})")
+    if infra:
+        raise RuntimeError(f"{len(infra)} prediction(s) hit an infrastructure error and were not graded: "
+                           f"{', '.join(infra[:10])} (reasons in {params.out})")
     return {"out": str(params.out), "resolved": resolved, "total": total}

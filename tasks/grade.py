@@ -16,26 +16,23 @@ from tasks.common import TAG_SANDBOX, retry_on_infrastructure
       timeout_seconds=6 * 3600, cache_policy=NO_CACHE)
 def grade_chunk(tasks: Path, predictions: list[dict[str, Any]], manifest: Path, out: Path, concurrency: int = 2,
                 timeout_s: float = 900.0, log_dir: Path = Path(".swerl/logs")) -> dict[str, Any]:
-    """Write one result line per prediction to ``out`` (JSONL); unknown instances are infra errors."""
+    """Write one result line per prediction to ``out`` (JSONL); predictions for unknown instances are refused."""
     from swerl.grading.grader import GradingConfig, grade_many
-    from swerl.grading.results import FailureClass, GradeResult
     from swerl.stages.images import load_task_file, read_manifest
 
     by_id = {t.instance_id: t for t in load_task_file(tasks)}
     images = read_manifest(manifest)
     config = GradingConfig(log_dir=log_dir / "grade", test_timeout_s=timeout_s)
     config.sandbox.run_id = f"grade-{uuid.uuid4().hex[:8]}"
-    known = [p for p in predictions if p["instance_id"] in by_id]
+    unknown = sorted({p["instance_id"] for p in predictions if p["instance_id"] not in by_id})
+    if unknown:  # read_predictions leaves these out; reaching here is a caller's bug, not the agent's failure
+        raise ValueError(f"predictions for instances not in {tasks}: {', '.join(unknown[:10])}")
     jobs = [(by_id[p["instance_id"]], p.get("model_patch") or "", images.get(p["instance_id"]), p.get("model_name_or_path", ""))
-            for p in known]
+            for p in predictions]
     results = grade_many(jobs, config, concurrency=concurrency)
-    for p in predictions:
-        if p["instance_id"] not in by_id:
-            results.append(GradeResult(instance_id=p["instance_id"], model_name_or_path=p.get("model_name_or_path", ""),
-                                       resolved=False, failure_class=FailureClass.INFRA_ERROR,
-                                       reason=f"instance_id {p['instance_id']!r} is not in {tasks}"))
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w") as f:
         for r in results:
             f.write(r.model_dump_json() + "\n")
-    return {"out": str(out), "resolved": sum(r.resolved for r in results), "total": len(results)}
+    return {"out": str(out), "resolved": sum(r.resolved for r in results), "total": len(results),
+            "infra_errors": [r.instance_id for r in results if r.is_infra_error]}

@@ -163,6 +163,9 @@ def tasks_validate(
     Console(stderr=True).print(table)
     reused = f" ({report.cached} verdict(s) from the cache)" if report.cached else ""
     console.print(f"{report.valid}/{report.total} task(s) valid{reused}; report: {out}")
+    infra = [(v.instance_id, v.reason) for v in report.tasks if v.infra_error]
+    if infra:
+        _summarize_infra(infra, "task(s)")
     raise typer.Exit(0 if report.invalid == 0 else 1)
 
 
@@ -172,32 +175,30 @@ def grade(
     predictions: Path = typer.Option(..., "--predictions", help="SWE-bench predictions JSONL: instance_id, model_name_or_path, model_patch."),
     repos: Optional[Path] = ReposOpt, ca_cert: Optional[list[Path]] = CaOpt,
     out: Path = typer.Option(..., "--out", help="RESULTS.jsonl: one line per prediction."),
-    concurrency: int = ParallelOpt, log_dir: Path = LogDirOpt, skip_invalid: bool = SkipOpt,
+    concurrency: int = ParallelOpt, log_dir: Path = LogDirOpt,
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip invalid task records and bad prediction "
+                                      "lines (each is still reported) instead of exiting 2."),
     timeout: float = typer.Option(900.0, "--timeout", help="Seconds allowed for one test run."),
 ) -> None:
     """Grade predictions, each in a fresh sandbox; write one result line per prediction."""
     from swerl.grading.grader import GradingConfig, grade_many
     from swerl.grading.predictions import read_predictions
-    from swerl.grading.results import FailureClass, GradeResult
 
     _docker_ready()
     by_id = {t.instance_id: t for t in _load(tasks, skip_invalid)}
-    preds, bad = read_predictions(predictions)
+    preds, bad = read_predictions(predictions, known_ids=by_id)
     for line in bad:
         console.print(f"[yellow]skipped[/] {line}")
-    unknown = [p for p in preds if p.instance_id not in by_id]
-    known = [p for p in preds if p.instance_id in by_id]
-    wanted = list({p.instance_id: by_id[p.instance_id] for p in known}.values())
+    wanted = list({p.instance_id: by_id[p.instance_id] for p in preds}.values())
     outcomes = _build(wanted, _image_config(repos, ca_cert, concurrency, log_dir)) if wanted else {}
     config = GradingConfig(log_dir=log_dir / "grade", test_timeout_s=timeout)
     config.sandbox.run_id = f"grade-{uuid.uuid4().hex[:8]}"
     jobs = [(by_id[p.instance_id], p.model_patch, outcomes[p.instance_id].image if outcomes[p.instance_id].ok else None,
-             p.model_name_or_path) for p in known]
+             p.model_name_or_path) for p in preds]
+    build_errors = {i: o.error for i, o in outcomes.items() if o.error}
     with bar("grading", len(jobs)) as advance:
-        results = grade_many(jobs, config, concurrency=concurrency, progress=lambda r: advance(r.instance_id))
-    for p in unknown:
-        results.append(GradeResult(instance_id=p.instance_id, model_name_or_path=p.model_name_or_path, resolved=False,
-                                   failure_class=FailureClass.INFRA_ERROR, reason=f"instance_id {p.instance_id!r} is not in {tasks}"))
+        results = grade_many(jobs, config, concurrency=concurrency, progress=lambda r: advance(r.instance_id),
+                             build_errors=build_errors)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w") as f:
         for r in results:
@@ -208,6 +209,24 @@ def grade(
         key = r.failure_class.value if r.failure_class else "resolved"
         counts[key] = counts.get(key, 0) + 1
     console.print(f"resolved {resolved}/{len(results)}  {json.dumps(counts)}  results: {out}")
+    infra = [r for r in results if r.is_infra_error]
+    if infra:
+        _summarize_infra([(r.instance_id, r.reason) for r in infra], "prediction(s)")
+    if bad and not skip_invalid:
+        console.print(f"[bold red]error:[/] {len(bad)} bad prediction line(s) were skipped (listed above); "
+                      "fix them, or pass --skip-invalid to accept the skip")
+        raise typer.Exit(2)
+    raise typer.Exit(1 if infra else 0)
+
+
+def _summarize_infra(items: list[tuple[str, str]], noun: str) -> None:
+    """Name what an infrastructure error stopped: nothing was learnt about those, so the exit is non-zero."""
+    console.print(f"[bold red]infra_error[/] in {len(items)} {noun}: these were not graded (not the patch's fault); "
+                  "fix the cause and rerun:")
+    for iid, reason in items[:20]:
+        console.print(f"  {iid}: {reason.splitlines()[0][:300] if reason else ''}")
+    if len(items) > 20:
+        console.print(f"  ... and {len(items) - 20} more")
 
 
 @demo_app.command("materialize")
@@ -236,6 +255,7 @@ from swerl.cli import curriculum as _curriculum_commands  # noqa: E402,F401  reg
 app.add_typer(train_app, name="train")
 
 from swerl.cli import services as _services_commands  # noqa: E402,F401  registers `up`, `down`, `status` on app
+from swerl.cli import demo_swebench as _demo_swebench_commands  # noqa: E402,F401  registers `demo swebench`
 
 
 def main() -> None:

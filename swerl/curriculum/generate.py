@@ -45,7 +45,7 @@ _CREATED_AT = datetime(2026, 2, 1, tzinfo=timezone.utc)
 _INSTALL_CONFIG = {
     "python": "3.11",
     "install": "",
-    "test_cmd": "pytest --no-header -rA --tb=no -p no:cacheprovider",
+    "test_cmd": "pytest --no-header -rA --tb=short -p no:cacheprovider",
     "log_parser": "parse_log_pytest",
     "pip_packages": [],
 }

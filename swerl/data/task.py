@@ -22,6 +22,7 @@ DEFAULT_PYTHON = "3.11"
 # --tb=short: a collection error's traceback stays in the kept log (and in a MISSING test's reason)
 DEFAULT_TEST_CMD = "pytest --no-header -rA --tb=short -p no:cacheprovider"
 DEFAULT_LOG_PARSER = "parse_log_pytest"
+_NO_TEST_INSTRUCTIONS = object()
 
 
 def _as_str_list(value: Any, field: str) -> list[str]:
@@ -147,15 +148,10 @@ class Task(BaseModel):
     @classmethod
     def _knows_how_to_test(cls, data: Any) -> Any:
         # SWE-bench before version 5 kept test commands in the harness's code, not in the record:
-        # grading such a record with defaults tests nothing, so it is refused instead of guessed
-        # an explicit empty install_config ({}) asks for the defaults on purpose; null is a missing one
+        # grading such a record with defaults tests nothing, so it is refused instead of guessed.
+        # An explicit empty install_config ({}) asks for the defaults on purpose; null is a missing one.
         if isinstance(data, dict) and data.get("install_config") in (None, "") and not str(data.get("eval_script") or "").strip():
-            raise ValueError(
-                "the record has neither install_config nor eval_script, so nothing says how to install the "
-                "repository or run its tests (SWE-bench records before version 5 kept that in the harness's code); "
-                "add an install_config (python, install, test_cmd, log_parser: SWE-rebench's format) or use the "
-                "current SWE-bench release, whose records carry image, eval_script, log_parser and eval_type"
-            )
+            return {**data, "install_config": _NO_TEST_INSTRUCTIONS}  # reported on the field, beside other errors
         return data
 
     @field_validator("instance_id")
@@ -208,6 +204,13 @@ class Task(BaseModel):
     @field_validator("install_config", mode="before")
     @classmethod
     def _install_config(cls, v: Any) -> Any:
+        if v is _NO_TEST_INSTRUCTIONS:
+            raise ValueError(
+                "missing, and the record has no eval_script either, so nothing says how to install the repository "
+                "or run its tests (SWE-bench records before version 5 kept that in the harness's code); add an "
+                "install_config (python, install, test_cmd, log_parser: SWE-rebench's format) or use the current "
+                "SWE-bench release, whose records carry image, eval_script, log_parser and eval_type"
+            )
         if v is None:
             return {}
         if isinstance(v, str):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 from collections import deque
 from pathlib import Path
@@ -12,13 +13,32 @@ from swerl.envs.docker_client import docker_client
 LOG_TAIL_LINES = 30
 
 
+# lines that say why a step failed, as pip, setuptools, apt and the shell print them
+_CAUSE = re.compile(
+    r"(No module named|ModuleNotFoundError|ImportError|Error:|ERROR:|error:|FileNotFoundError|"
+    r"Could not find a version|No matching distribution|Unable to locate package|command not found|not found|"
+    r"Permission denied|SyntaxError|CalledProcessError|requires a different Python|Requires-Python)"
+)
+
+
+def build_cause(tail: list[str], reason: str) -> str:
+    """The last line of a failed build's log that names a cause (the daemon's own message does not)."""
+    for line in reversed(tail):
+        text = line.strip()
+        if text and not text.startswith("ERROR: The command") and text not in reason and _CAUSE.search(text):
+            return text[:300]
+    return ""
+
+
 class ImageBuildError(RuntimeError):
-    """The daemon refused or failed a build; the message carries the tail of its log."""
+    """The daemon refused or failed a build; the message names the cause and carries the tail of its log."""
 
     def __init__(self, tag: str, reason: str, log_path: Path, tail: list[str]):
         self.tag, self.reason, self.log_path, self.tail = tag, reason, log_path, tail
+        self.cause = build_cause(tail, reason)
         shown = "".join(tail).rstrip()
-        super().__init__(f"building {tag} failed: {reason.strip()} (full log: {log_path})\n--- last lines ---\n{shown}")
+        why = f"{self.cause} ({reason.strip()})" if self.cause else reason.strip()
+        super().__init__(f"building {tag} failed: {why} (full log: {log_path})\n--- last lines ---\n{shown}")
 
 
 def context_tar(root: Path | None, extra: dict[str, bytes]) -> io.BytesIO:

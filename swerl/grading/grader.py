@@ -174,6 +174,9 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
         return result
     report = _read_report(sandbox, report_path) if script.runs_pytest else None
     logs.write("report.json", json.dumps(report, indent=1))
+    if report and report.get("collect_errors"):
+        # a test command run with --tb=no prints no traceback: the kept log gets pytest's own
+        logs.write("test_output.txt", run.output + _collection_tracebacks(report["collect_errors"]))
     if script.exit_code_is_tests:
         exit_code = run.exit_code
     else:  # the published script ends with a `git checkout`: pytest's own status is the tests'
@@ -185,6 +188,14 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
         result.failure_class = FailureClass.NO_PATCH if no_patch else FailureClass.TESTS_FAILED
     result.reason = verdict.reason if not result.reason else f"{result.reason}; {verdict.reason}"
     return result
+
+
+def _collection_tracebacks(errors: list) -> str:
+    parts = ["\n===== swerl: collection errors recorded by pytest (not part of the graded log) ====="]
+    for err in errors[:20]:
+        if isinstance(err, dict):
+            parts += [f"--- {err.get('nodeid') or '<session>'}", str(err.get("longrepr") or "")]
+    return "\n".join(parts) + "\n"
 
 
 def _read_report(sandbox: DockerSandbox, path: str) -> dict | None:
@@ -231,8 +242,10 @@ def grade_prediction(task: Task, patch: str | None, image: str, config: GradingC
 
 def grade_many(jobs: Sequence[tuple[Task, str | None, str | None, str]], config: GradingConfig, *, concurrency: int = 2,
                progress: Callable[[GradeResult], None] | None = None,
-               on_result: Callable[[int, GradeResult], None] | None = None) -> list[GradeResult]:
-    """Grade (task, patch, image, model_name) jobs in parallel; a job without an image is an infra error.
+               on_result: Callable[[int, GradeResult], None] | None = None,
+               build_errors: dict[str, str] | None = None) -> list[GradeResult]:
+    """Grade (task, patch, image, model_name) jobs in parallel; a job without an image is an infra error
+    whose reason is the task's entry in ``build_errors`` when there is one.
 
     ``on_result(job_index, result)`` is called once per job as it finishes, under a lock.
     """
@@ -243,7 +256,8 @@ def grade_many(jobs: Sequence[tuple[Task, str | None, str | None, str]], config:
         task, patch, image, model = job
         if image is None:
             res = GradeResult(instance_id=task.instance_id, model_name_or_path=model, resolved=False,
-                              failure_class=FailureClass.INFRA_ERROR, reason="no image could be built for this task")
+                              failure_class=FailureClass.INFRA_ERROR,
+                              reason=f"image build failed: {(build_errors or {}).get(task.instance_id) or 'no image for this task'}")
         else:
             res = grade_prediction(task, patch, image, config, model_name=model, slots=slots,
                                    log_subdir=f"{_safe(model or 'prediction')}-{index}")

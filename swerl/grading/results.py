@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 
 class FailureClass(str, Enum):
@@ -32,7 +32,12 @@ class Prediction(BaseModel):
 
     instance_id: str = Field(min_length=1)
     model_name_or_path: str = ""
-    model_patch: str | None = ""
+    model_patch: str | None = Field(description="The diff to grade; null (SWE-bench's patch_is_None) grades as no patch.")
+
+    @field_validator("model_name_or_path", mode="before")
+    @classmethod
+    def _no_name(cls, v: object) -> object:
+        return "" if v is None else v
 
 
 class GradeResult(BaseModel):

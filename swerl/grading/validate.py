@@ -92,6 +92,7 @@ class TaskValidation(BaseModel):
     flaky_tests: list[str] = Field(default_factory=list)
     gold_failures: list[str] = Field(default_factory=list, description="Reasons of gold runs that did not resolve.")
     containers: list[str] = Field(default_factory=list, description="Images graded from; each run had its own container.")
+    infra_error: bool = Field(False, description="An image build or a sandbox failed: the verdict says nothing about the task.")
 
 
 class ValidationReport(BaseModel):
@@ -111,7 +112,8 @@ def verdict(task: Task, image: str | None, gold: list[GradeResult], empty: Grade
     """Combine one task's gradings into a verdict (pure: no Docker)."""
     v = TaskValidation(instance_id=task.instance_id, valid=False, reason="", image=image)
     if build_error:
-        v.reason = f"image build failed: {build_error.splitlines()[0][:300]}"
+        v.reason = f"image build failed: {build_error.splitlines()[0][:600]}"
+        v.infra_error = True
         return v
     v.gold_resolved = [g.resolved for g in gold]
     v.gold_failures = [f"{g.failure_class.value if g.failure_class else '?'}: {g.reason}" for g in gold if not g.resolved]
@@ -125,6 +127,7 @@ def verdict(task: Task, image: str | None, gold: list[GradeResult], empty: Grade
     infra = [g for g in [*gold, *([empty] if empty else [])] if g.is_infra_error]
     if infra:
         problems.append(f"infrastructure error: {infra[0].reason[:300]}")
+        v.infra_error = True
     if not all(v.gold_resolved):
         missing = sorted({n for g in gold for n, d in g.tests.items() if d.status == "MISSING"})
         detail = f" (tests not found in the log: {', '.join(missing[:5])})" if missing else ""

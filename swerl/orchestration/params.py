@@ -237,3 +237,5 @@ class GradeParams(BaseModel):
     chunk_size: int = Field(50, ge=1, le=100_000, description="Predictions per grading task run.")
     concurrency: int = Field(2, ge=1, le=256, description="Sandboxes at once per chunk.")
     timeout_s: float = Field(900.0, ge=1, le=86400, description="Seconds allowed for one test run.")
+    skip_invalid: bool = Field(False, description="Grade the valid predictions and only report bad lines (missing "
+                               "instance_id or model_patch, unknown instance); otherwise the run fails after grading them.")

@@ -71,11 +71,15 @@ def test_grade_flow_writes_one_result_per_prediction(prefect_api, docker_ready, 
              {"instance_id": "nobody__nothing-1", "model_name_or_path": "lost", "model_patch": "x"}]
     path = tmp_path / "preds.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in preds) + "not json\n")
+    with pytest.raises(ValueError, match=r"2 bad prediction line\(s\) were skipped: .*line 3: instance_id 'nobody__nothing-1' "
+                       r"is not in the task file.*line 4: not valid JSON"):
+        grade(GradeParams(predictions=path, tasks=task_slice, repos=demo.repos_dir, out=tmp_path / "results.jsonl",
+                          chunk_size=2))
     out = grade(GradeParams(predictions=path, tasks=task_slice, repos=demo.repos_dir, out=tmp_path / "results.jsonl",
-                            chunk_size=2))
-    assert (out["resolved"], out["total"]) == (1, 3)
+                            chunk_size=2, skip_invalid=True))
+    assert (out["resolved"], out["total"]) == (1, 2)
     results = {r["instance_id"]: r for r in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
     assert results[ids[0]]["resolved"] is True and results[ids[0]]["failure_class"] is None
     assert results[ids[1]]["failure_class"] == "no_patch"
-    assert results["nobody__nothing-1"]["failure_class"] == "infra_error"
+    assert "nobody__nothing-1" not in results  # a bad line is never graded as the agent's failure
     assert not list(tmp_path.glob("results.part*"))

@@ -18,16 +18,20 @@ pytestmark = pytest.mark.docker
 SWERL = [sys.executable, "-m", "swerl.cli"]
 
 
-def swerl_containers() -> list[str]:
-    return [c.name for c in docker_client().containers.list(all=True, filters={"label": "swerl.kind=sandbox"})]
+def containers_of(pid: int) -> list[str]:
+    """Sandboxes the process ``pid`` started that are still there (other work shares the daemon)."""
+    return [c.name for c in docker_client().containers.list(all=True, filters={"label": [f"swerl.owner_pid={pid}", "swerl.kind=sandbox"]})]
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([*SWERL, *args], cwd=cwd, capture_output=True, text=True, timeout=1500)
+    with subprocess.Popen([*SWERL, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        out, err = proc.communicate(timeout=1500)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    done.pid = proc.pid  # type: ignore[attr-defined]
+    return done
 
 
 def test_validate_reports_every_demo_gold_resolved_and_every_empty_unresolved(demo, demo_images, tmp_path):
-    before = set(swerl_containers())
     proc = run_cli("tasks", "validate", "--tasks", str(demo.tasks_file), "--repos", str(demo.repos_dir),
                    "--runs", "2", "--out", str(tmp_path / "report.json"), "--log-dir", str(tmp_path / "logs"), "-j", "2", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -39,10 +43,10 @@ def test_validate_reports_every_demo_gold_resolved_and_every_empty_unresolved(de
     # one fresh container per grading: 3 gradings per task, each with its own log folder
     logs = sorted(p.parent.name for p in (tmp_path / "logs" / "validate").glob("*/*/result.json"))
     assert len(logs) == 3 * len(demo.instance_ids)
-    assert set(swerl_containers()) <= before
+    assert containers_of(proc.pid) == []
 
 
-def test_grade_cli_writes_one_result_line_per_prediction_and_survives_bad_lines(demo, demo_tasks, demo_images, tmp_path):
+def test_grade_cli_grades_good_lines_and_refuses_bad_ones_by_line_number(demo, demo_tasks, demo_images, tmp_path):
     tasks = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[:2]
     preds = tmp_path / "preds.jsonl"
     lines = [
@@ -52,22 +56,48 @@ def test_grade_cli_writes_one_result_line_per_prediction_and_survives_bad_lines(
         json.dumps({"model_name_or_path": "m", "model_patch": ""}),
         json.dumps({"instance_id": "nobody__nothing-1", "model_name_or_path": "m", "model_patch": ""}),
         json.dumps({"instance_id": tasks[1].instance_id, "model_name_or_path": "m", "model_patch": None}),
+        json.dumps({"instance_id": tasks[1].instance_id, "model_name_or_path": "m", "patch": tasks[1].patch}),
     ]
     preds.write_text("\n".join(lines) + "\n")
     out = tmp_path / "results.jsonl"
-    proc = run_cli("grade", "--tasks", str(demo.tasks_file), "--predictions", str(preds), "--repos", str(demo.repos_dir),
-                   "--out", str(out), "--log-dir", str(tmp_path / "logs"), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    args = ("grade", "--tasks", str(demo.tasks_file), "--predictions", str(preds), "--repos", str(demo.repos_dir),
+            "--out", str(out), "--log-dir", str(tmp_path / "logs"))
+    proc = run_cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"{preds} line 2: not valid JSON" in proc.stderr
     assert f"{preds} line 4: bad or missing field(s) instance_id" in proc.stderr
+    assert f"{preds} line 5: instance_id 'nobody__nothing-1' is not in the task file" in proc.stderr
+    assert f"{preds} line 7: has 'patch' but no 'model_patch'" in proc.stderr
+    assert "4 bad prediction line(s) were skipped" in proc.stderr and "--skip-invalid" in proc.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     got = [(r["instance_id"], r["resolved"], r["failure_class"]) for r in rows]
     assert got == [
         (tasks[0].instance_id, True, None),
         (tasks[1].instance_id, False, "apply_failed"),
         (tasks[1].instance_id, False, "no_patch"),
-        ("nobody__nothing-1", False, "infra_error"),
     ]
+    proc = run_cli(*args, "--skip-invalid", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"{preds} line 7: has 'patch' but no 'model_patch'" in proc.stderr
+
+
+def test_grade_and_validate_exit_non_zero_naming_the_infra_errors(demo, demo_tasks, demo_images, tmp_path):
+    task = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[0]
+    ghost = "diff --git a/tests/ghost.py b/tests/ghost.py\n--- a/tests/ghost.py\n+++ b/tests/ghost.py\n@@ -1 +1 @@\n-a\n+b\n"
+    broken = task.model_copy(update={"test_patch": ghost + task.test_patch})  # changes a file that does not exist
+    tasks_file = tmp_path / "broken.jsonl"
+    tasks_file.write_text(json.dumps(broken.to_record()) + "\n")
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text(json.dumps({"instance_id": task.instance_id, "model_name_or_path": "gold", "model_patch": task.patch}) + "\n")
+    proc = run_cli("grade", "--tasks", str(tasks_file), "--predictions", str(preds), "--repos", str(demo.repos_dir),
+                   "--out", str(tmp_path / "results.jsonl"), "--log-dir", str(tmp_path / "logs"), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "infra_error in 1 prediction(s)" in proc.stderr and f"{task.instance_id}: the task's test patch does not apply" in proc.stderr
+    proc = run_cli("tasks", "validate", "--tasks", str(tasks_file), "--repos", str(demo.repos_dir), "--runs", "1",
+                   "--no-cache", "--out", str(tmp_path / "report.json"), "--log-dir", str(tmp_path / "logs"), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "infra_error in 1 task(s)" in proc.stderr
+    assert json.loads((tmp_path / "report.json").read_text())["tasks"][0]["infra_error"] is True
 
 
 def test_a_bad_task_file_is_a_clear_error_naming_line_and_field(tmp_path):
@@ -76,7 +106,24 @@ def test_a_bad_task_file_is_a_clear_error_naming_line_and_field(tmp_path):
     proc = run_cli("tasks", "validate", "--tasks", str(bad), "--out", str(tmp_path / "r.json"), cwd=tmp_path)
     assert proc.returncode == 2
     assert "line 1 (instance_id=a__b-1): FAIL_TO_PASS" in proc.stderr and "line 2" in proc.stderr
+    assert "line 1 (instance_id=a__b-1): install_config: missing, and the record has no eval_script either" in proc.stderr
     assert "--skip-invalid" in proc.stderr
+
+
+def test_a_missing_test_carries_its_collection_error_in_the_reason_and_the_log(demo_tasks, demo_images, tmp_path):
+    task = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[0]
+    broken_module = ("diff --git a/tests/test_ghost_import.py b/tests/test_ghost_import.py\nnew file mode 100644\n"
+                     "--- /dev/null\n+++ b/tests/test_ghost_import.py\n@@ -0,0 +1,5 @@\n+import no_such_module_anywhere\n+\n+\n"
+                     "+def test_x():\n+    pass\n")
+    bad = task.model_copy(update={"test_patch": task.test_patch + broken_module,
+                                  "FAIL_TO_PASS": [*task.FAIL_TO_PASS, "tests/test_ghost_import.py::test_x"]})
+    res = grade_prediction(bad, bad.patch, demo_images[task.instance_id], GradingConfig(log_dir=tmp_path))
+    assert (res.resolved, res.failure_class) == (False, FailureClass.TESTS_FAILED)
+    assert res.tests["tests/test_ghost_import.py::test_x"].status == "MISSING"
+    assert "collection errors: tests/test_ghost_import.py:" in res.reason
+    assert "No module named 'no_such_module_anywhere'" in res.reason
+    log = (Path(res.log_dir) / "test_output.txt").read_text()
+    assert "ModuleNotFoundError: No module named 'no_such_module_anywhere'" in log  # --tb=short keeps the traceback
 
 
 def test_fail_to_pass_naming_a_test_that_does_not_exist_makes_the_task_invalid(demo_tasks, demo_images):

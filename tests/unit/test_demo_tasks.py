@@ -132,7 +132,7 @@ def test_records_are_swe_bench_instances(records):
         assert re.fullmatch(r"[0-9a-f]{40}", record["base_commit"])
         assert record["patch"] == (TASKS_ROOT / slug / "gold.patch").read_text(encoding="utf-8")
         assert record["test_patch"] == (TASKS_ROOT / slug / "test.patch").read_text(encoding="utf-8")
-        assert record["install_config"]["test_cmd"] == "pytest --no-header -rA --tb=no -p no:cacheprovider"
+        assert record["install_config"]["test_cmd"] == "pytest --no-header -rA --tb=short -p no:cacheprovider"
         assert record["install_config"]["log_parser"] == "parse_log_pytest"
         assert record["hints_text"] == ""
         assert len(record["PASS_TO_PASS"]) >= 3

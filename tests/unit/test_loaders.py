@@ -132,7 +132,7 @@ def test_a_pre_5_swe_bench_record_is_refused_naming_its_row_and_the_fix(tmp_path
                              "FAIL_TO_PASS": ['["t.py::a"]'], "version": ["1.3"]}), path)
     with pytest.raises(TaskLoadError) as e:
         load_tasks(path)
-    assert "row 1 (instance_id=octo__demo-1): the record has neither install_config nor eval_script" in str(e.value)
+    assert "row 1 (instance_id=octo__demo-1): install_config: missing, and the record has no eval_script either" in str(e.value)
     task_set = load_tasks(path, skip_invalid=True)
     assert (task_set.tasks, [err.location for err in task_set.errors]) == ([], ["row 1"])
 

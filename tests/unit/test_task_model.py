@@ -186,7 +186,8 @@ def test_a_record_with_neither_install_config_nor_eval_script_is_refused_with_th
     with pytest.raises(ValidationError) as e:
         Task.model_validate(rec)
     message = str(e.value)
-    assert "neither install_config nor eval_script" in message
+    assert [err["loc"] for err in e.value.errors()] == [("install_config",)]
+    assert "no eval_script either" in message
     assert "add an install_config" in message and "image, eval_script, log_parser and eval_type" in message
 
 
