@@ -2,7 +2,8 @@
 
 Identical environments (same Python, packages, set-up commands, CA certificates) hash
 the same and are built once; an instance image adds the repository at base_commit in
-/testbed and its install step. A task with a prebuilt ``docker_image`` is used as is.
+/testbed and its install step. A task with a prebuilt image (SWE-bench 5's ``image``, SWE-rebench's
+``docker_image``) is used as is: pulled when it is not local, never rebuilt.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from docker.errors import APIError, ImageNotFound
+from docker.errors import APIError, DockerException, ImageNotFound
 from pydantic import BaseModel, Field
 
 from swerl.data.task import Task
@@ -162,8 +163,8 @@ class ImageBuilder:
 
     def planned_tag(self, task: Task) -> str:
         """The instance image a task will use, without building anything."""
-        if task.docker_image:
-            return task.docker_image
+        if task.prebuilt_image:
+            return task.prebuilt_image
         return instance_tag(task, env_spec(task, self._ca).tag)
 
     def build_all(self, tasks: Sequence[Task], progress: Callable[[BuildOutcome], None] | None = None) -> list[BuildOutcome]:
@@ -171,7 +172,7 @@ class ImageBuilder:
         outcomes: dict[str, BuildOutcome] = {}
         envs: dict[str, tuple[EnvSpec, list[Task]]] = {}
         for task in tasks:
-            if task.docker_image:
+            if task.prebuilt_image:
                 outcomes[task.instance_id] = self._prebuilt(task)
                 if progress:
                     progress(outcomes[task.instance_id])
@@ -211,16 +212,18 @@ class ImageBuilder:
         return self.config.log_dir / (re.sub(r"[^A-Za-z0-9_.-]", "_", tag) + ".log")
 
     def _prebuilt(self, task: Task) -> BuildOutcome:
-        image = task.docker_image or ""
+        image = task.prebuilt_image or ""
+        field = "image" if task.image else "docker_image"
         try:
             if not _exists(image):
                 repo, _, tag = image.rpartition(":") if ":" in image.split("/")[-1] else (image, "", "latest")
                 docker_client().images.pull(repo, tag=tag or "latest")
             return BuildOutcome(instance_id=task.instance_id, image=image, image_id=docker_client().images.get(image).id, cached=True)
-        except (APIError, ImageNotFound) as e:
+        except DockerException as e:  # not found, refused, or no registry reachable at all
             return BuildOutcome(
                 instance_id=task.instance_id, image=image,
-                error=f"prebuilt docker_image {image} is neither local nor pullable: {getattr(e, 'explanation', e)}",
+                error=f"prebuilt {field} {image} is neither local nor pullable: {getattr(e, 'explanation', e)} "
+                "(pull or load it into this Docker daemon, or point the task at a reachable registry)",
             )
 
     def _ensure_env(self, spec: EnvSpec) -> str:
