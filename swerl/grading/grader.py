@@ -41,6 +41,9 @@ from swerl.grading.results import FailureClass, GradeResult
 from swerl.grading.test_script import AssetError, instrumentation, native_script, published_script
 
 WORK = "/tmp/swerl-grade"
+STAGE = "@@swerl-stage "
+SETUP_FAILED = 97
+SETUP_ALLOWANCE_S = 120.0  # applying patches and restoring files, on top of the tests' own time limit
 
 
 class GradingConfig(BaseModel):
@@ -104,6 +107,9 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
     no_patch = not (patch or "").strip()  # only reached with run_tests_without_patch: grade_prediction answers the rest
 
     test_files = changed_by_test_patch(task)
+    nonce = uuid.uuid4().hex[:16]
+    files: dict[str, tuple[bytes | str, int]] = {}
+    setup: list[str] = []  # each step prints its stage line first, so a failure says which step it was
     if not no_patch:
         try:
             kept, dropped = filter_sections(split_diff(patch), test_files, config.protected)
@@ -119,40 +125,25 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
         else:
             applied = join_diff(kept)
             logs.write("applied.diff", applied)
-            sandbox.write_file(f"{WORK}/agent.patch", applied)
-            res = sandbox.exec(
-                f"if git apply --verbose --whitespace=nowarn {WORK}/agent.patch; then echo '@@via git apply'; "
+            files[f"{WORK}/agent.patch"] = (applied, 0o644)
+            setup.append(
+                f"echo '{STAGE}apply'; if git apply --verbose --whitespace=nowarn {WORK}/agent.patch; then echo '@@via git apply'; "
                 f"elif patch --dry-run --batch --fuzz=5 -p1 -i {WORK}/agent.patch >/dev/null && "
                 f"patch --batch --fuzz=5 -p1 --no-backup-if-mismatch -i {WORK}/agent.patch; then echo '@@via patch'; "
-                "else exit 1; fi",
-                timeout=120,
+                "else exit 1; fi"
             )
-            logs.write("apply.log", res.output)
-            if res.exit_code != 0:
-                result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch does not apply: {res.output[-800:]}"
-                return result
-            result.applied_with = "patch" if "@@via patch" in res.output else "git apply"
-
     restore = " ".join(shlex.quote(p) for p in sorted(test_files))
     if restore:
-        res = sandbox.exec(
-            f"for f in {restore}; do if git cat-file -e {base}:\"$f\" 2>/dev/null; then git checkout -q {base} -- \"$f\"; "
-            f"else rm -rf -- \"$f\"; fi; done",
-            timeout=120,
+        setup.append(
+            f"echo '{STAGE}restore'; for f in {restore}; do if git cat-file -e {base}:\"$f\" 2>/dev/null; then "
+            f"git checkout -q {base} -- \"$f\" || exit 1; else rm -rf -- \"$f\" || exit 1; fi; done"
         )
-        if res.exit_code != 0:
-            raise SandboxError(f"restoring test files failed: {res.output[-500:]}")
     if task.test_patch.strip():
         # a published eval_script applies the test patch itself; checking first tells a broken task apart
-        sandbox.write_file(f"{WORK}/test.patch", task.test_patch)
+        files[f"{WORK}/test.patch"] = (task.test_patch, 0o644)
         check = "--check" if task.eval_script else ""
-        res = sandbox.exec(f"git apply --verbose {check} {WORK}/test.patch", timeout=120)
-        if res.exit_code != 0:
-            result.failure_class = FailureClass.INFRA_ERROR
-            result.reason = f"the task's test patch does not apply to base_commit (task is broken): {res.output[-500:]}"
-            return result
+        setup.append(f"echo '{STAGE}test_patch'; git apply --verbose {check} {WORK}/test.patch || exit 1")
 
-    nonce = uuid.uuid4().hex[:16]
     plugin_dir, report_path = f"{WORK}/plug-{nonce}", f"{WORK}/report-{nonce}.json"
     exports = instrumentation(plugin_dir, f"swerl_report_{nonce}", report_path)
     try:
@@ -161,11 +152,34 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
     except AssetError as e:
         result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
         return result
-    script_path = f"{WORK}/eval-{nonce}.sh"
-    sandbox.write_files({f"{plugin_dir}/swerl_report_{nonce}.py": (_plugin_source(), 0o644),
-                         script_path: (script.text, 0o755), **{p: (d, 0o644) for p, d in script.files.items()}})
+    script_path, tests_line = f"{WORK}/eval-{nonce}.sh", f"{STAGE}tests-{nonce}"
+    files.update({f"{plugin_dir}/swerl_report_{nonce}.py": (_plugin_source(), 0o644), script_path: (script.text, 0o755),
+                  **{p: (d, 0o644) for p, d in script.files.items()}})
+    sandbox.write_files(files)  # one round trip for every file grading needs
     logs.write("eval.sh", script.text)
-    run = sandbox.exec(f"cd {shlex.quote(sandbox.config.workdir)} && bash {script_path}", timeout=config.test_timeout_s)
+    workdir = shlex.quote(sandbox.config.workdir)
+    # set-up and tests in one exec: the tests line (with this run's nonce) is printed only once the
+    # set-up succeeded, before any code under test runs, so what precedes it is swerl's own output
+    steps = [f"( cd {workdir} && {step} ) || exit {SETUP_FAILED}" for step in setup]
+    run = sandbox.exec("\n".join([*steps, f"echo '{tests_line}'", f"cd {workdir} && bash {script_path}"]),
+                       timeout=config.test_timeout_s + SETUP_ALLOWANCE_S)
+    head, sep, tests_output = run.output.partition(tests_line + "\n")
+    logs.write("setup.log", head)
+    if not sep:
+        stage = next((ln[len(STAGE):] for ln in reversed(head.splitlines()) if ln.startswith(STAGE)), "")
+        if run.timed_out:
+            raise SandboxError(f"grading set-up ({stage or 'start'}) did not finish within the time allowed")
+        if stage == "apply":
+            result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch does not apply: {head[-800:]}"
+            return result
+        if stage == "test_patch":
+            result.failure_class = FailureClass.INFRA_ERROR
+            result.reason = f"the task's test patch does not apply to base_commit (task is broken): {head[-500:]}"
+            return result
+        raise SandboxError(f"grading set-up failed at {stage or 'start'} (exit {run.exit_code}): {head[-500:]}")
+    if "@@via" in head:
+        result.applied_with = "patch" if "@@via patch" in head else "git apply"
+    run = run.model_copy(update={"output": tests_output})
     logs.write("test_output.txt", run.output)
     result.test_exit_code = run.exit_code
     if run.timed_out:

@@ -26,34 +26,35 @@ def read_predictions(path: Path, known_ids: Collection[str] | None = None) -> tu
     if not path.is_file():
         raise FileNotFoundError(f"predictions file {path} does not exist")
     text = path.read_text(encoding="utf-8", errors="replace")
-    preds, bad = [], []
+    preds: list[Prediction] = []
+    bad: list[tuple[int, str]] = []  # (position, message): reported in file order
     if path.suffix == ".json":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             return [], [f"{path}: not valid JSON ({e.msg} at line {e.lineno})"]
         rows = list(data.values()) if isinstance(data, dict) else data if isinstance(data, list) else [data]
-        items = [(f"record {i}", r) for i, r in enumerate(rows, 1)]
+        items = [(i, f"record {i}", r) for i, r in enumerate(rows, 1)]
     else:
         items = []
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                items.append((f"line {n}", json.loads(line)))
+                items.append((n, f"line {n}", json.loads(line)))
             except json.JSONDecodeError as e:
-                bad.append(f"{path} line {n}: not valid JSON ({e.msg})")
-    for where, row in items:
+                bad.append((n, f"{path} line {n}: not valid JSON ({e.msg})"))
+    for n, where, row in items:
         problem = _problem(row, known_ids)
         if problem:
-            bad.append(f"{path} {where}: {problem}")
+            bad.append((n, f"{path} {where}: {problem}"))
             continue
         try:
             preds.append(Prediction.model_validate(row))
         except ValidationError as e:
             fields = ", ".join(".".join(map(str, err["loc"])) or "record" for err in e.errors())
-            bad.append(f"{path} {where}: bad field(s) {fields}")
-    return preds, bad
+            bad.append((n, f"{path} {where}: bad field(s) {fields}"))
+    return preds, [message for _, message in sorted(bad)]
 
 
 def _problem(row: Any, known_ids: Collection[str] | None) -> str | None:
