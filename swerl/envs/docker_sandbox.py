@@ -97,8 +97,11 @@ class DockerSandbox:
     """One container from an image; use as a context manager."""
 
     def __init__(self, image: str, config: DockerSandboxConfig | None = None, *,
-                 slots: threading.BoundedSemaphore | None = None, base_commit: str | None = None):
+                 slots: threading.BoundedSemaphore | None = None, base_commit: str | None = None,
+                 preload: dict[str, tuple[bytes | str, int]] | None = None):
+        """``preload``: ``{path: (data, mode)}`` written with swerl's runner as the container starts (one round trip)."""
         self.image = image
+        self._preload = dict(preload or {})
         self.config = config or DockerSandboxConfig()
         self.base_commit = base_commit
         self._slots = slots
@@ -134,7 +137,8 @@ class DockerSandbox:
             )
         except DockerException as e:
             raise SandboxError(f"cannot start a container from {self.image}: {e}") from e
-        if not self._container.put_archive("/", _tar({RUNNER.lstrip("/"): (_runner_source(), 0o755)})):
+        files = {RUNNER.lstrip("/"): (_runner_source(), 0o755), **self._archive_entries(self._preload)}
+        if not self._container.put_archive("/", _tar(files)):
             raise SandboxError(f"cannot install the command runner in a container of {self.image}")
         self._python = _PYTHON_BY_IMAGE.get(self.image) or self._find_python()
         _PYTHON_BY_IMAGE[self.image] = self._python
@@ -292,10 +296,13 @@ class DockerSandbox:
 
     def write_files(self, files: dict[str, tuple[bytes | str, int]]) -> None:
         """Write several files (missing parent folders are created) in one docker call."""
-        entries = {posixpath.normpath(self._abs(p)).lstrip("/"): (d.encode() if isinstance(d, str) else d, m)
-                   for p, (d, m) in files.items()}
+        entries = self._archive_entries(files)
         if not self._container.put_archive("/", _tar(entries)):
             raise SandboxError(f"cannot write {sorted('/' + e for e in entries)} in the sandbox")
+
+    def _archive_entries(self, files: dict[str, tuple[bytes | str, int]]) -> dict[str, tuple[bytes, int]]:
+        return {posixpath.normpath(self._abs(p)).lstrip("/"): (d.encode() if isinstance(d, str) else d, m)
+                for p, (d, m) in files.items()}
 
     def read_file(self, path: str, max_bytes: int = 64_000_000) -> bytes:
         path = self._abs(path)

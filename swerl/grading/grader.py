@@ -16,6 +16,7 @@ Steps, each in the same new container (network off):
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shlex
@@ -24,6 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -35,14 +37,15 @@ from swerl.envs.docker_sandbox import DockerSandbox, DockerSandboxConfig, concur
 from swerl.envs.sandbox import SandboxError
 from swerl.grading.diffs import DiffParseError, join_diff, split_diff
 from swerl.grading.judge import judge
-from swerl.grading.log_parsers import UnknownLogParserError, get_log_parser
+from swerl.grading.log_parsers import LogParser, UnknownLogParserError, get_log_parser
 from swerl.grading.protected import ProtectedPathsConfig, filter_sections
 from swerl.grading.results import FailureClass, GradeResult
-from swerl.grading.test_script import AssetError, instrumentation, native_script, published_script
+from swerl.grading.test_script import AssetError, TestScript, instrumentation, native_script, published_script
 
 WORK = "/tmp/swerl-grade"
 STAGE = "@@swerl-stage "
 SETUP_FAILED = 97
+INLINE_REPORT_MAX = 1_000_000  # bytes of report printed with the test output (well inside the kept tail)
 SETUP_ALLOWANCE_S = 120.0  # applying patches and restoring files, on top of the tests' own time limit
 
 
@@ -96,16 +99,29 @@ class _Logs:
             (self.root / name).write_text(text, errors="replace")
 
 
-def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingConfig, logs: _Logs) -> GradeResult:
-    result = GradeResult(instance_id=task.instance_id, resolved=False, image=sandbox.image)
-    base = shlex.quote(task.base_commit)
+@dataclass
+class _Plan:
+    """Everything one grading writes and runs, decided before a container exists."""
+
+    files: dict[str, tuple[bytes | str, int]]
+    command: str
+    tests_line: str
+    report_line: str
+    report_path: str
+    script: TestScript
+    parser: LogParser
+    no_patch: bool
+
+
+def _plan(task: Task, patch: str, config: GradingConfig, result: GradeResult, logs: _Logs) -> _Plan | None:
+    """The files and the one command of a grading; None when ``result`` is already final (no sandbox needed)."""
     try:
         parser = get_log_parser(task.parser_name)
     except UnknownLogParserError as e:
         result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
-        return result
+        return None
     no_patch = not (patch or "").strip()  # only reached with run_tests_without_patch: grade_prediction answers the rest
-
+    base = shlex.quote(task.base_commit)
     test_files = changed_by_test_patch(task)
     nonce = uuid.uuid4().hex[:16]
     files: dict[str, tuple[bytes | str, int]] = {}
@@ -115,13 +131,13 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
             kept, dropped = filter_sections(split_diff(patch), test_files, config.protected)
         except DiffParseError as e:
             result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch is not a valid diff: {e}"
-            return result
+            return None
         result.dropped_files = dropped
         if not kept:
             result.failure_class = FailureClass.NO_PATCH
             result.reason = "every file of the patch was dropped: " + "; ".join(f"{p}: {r}" for p, r in dropped.items())
             if not config.run_tests_without_patch:
-                return result
+                return None
         else:
             applied = join_diff(kept)
             logs.write("applied.diff", applied)
@@ -146,24 +162,36 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
 
     plugin_dir, report_path = f"{WORK}/plug-{nonce}", f"{WORK}/report-{nonce}.json"
     exports = instrumentation(plugin_dir, f"swerl_report_{nonce}", report_path)
+    workdir = config.sandbox.workdir
     try:
         script = (published_script(task, exports) if task.eval_script
-                  else native_script(task, select_test_files(task), sandbox.config.workdir, exports))
+                  else native_script(task, select_test_files(task), workdir, exports))
     except AssetError as e:
         result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
-        return result
-    script_path, tests_line = f"{WORK}/eval-{nonce}.sh", f"{STAGE}tests-{nonce}"
+        return None
+    script_path, tests_line, report_line = f"{WORK}/eval-{nonce}.sh", f"{STAGE}tests-{nonce}", f"{STAGE}report-{nonce}"
     files.update({f"{plugin_dir}/swerl_report_{nonce}.py": (_plugin_source(), 0o644), script_path: (script.text, 0o755),
                   **{p: (d, 0o644) for p, d in script.files.items()}})
-    sandbox.write_files(files)  # one round trip for every file grading needs
     logs.write("eval.sh", script.text)
-    workdir = shlex.quote(sandbox.config.workdir)
-    # set-up and tests in one exec: the tests line (with this run's nonce) is printed only once the
-    # set-up succeeded, before any code under test runs, so what precedes it is swerl's own output
-    steps = [f"( cd {workdir} && {step} ) || exit {SETUP_FAILED}" for step in setup]
-    run = sandbox.exec("\n".join([*steps, f"echo '{tests_line}'", f"cd {workdir} && bash {script_path}"]),
-                       timeout=config.test_timeout_s + SETUP_ALLOWANCE_S)
-    head, sep, tests_output = run.output.partition(tests_line + "\n")
+    wd = shlex.quote(workdir)
+    # set-up, tests and the report in one exec. The tests line (with this run's nonce) is printed only
+    # once the set-up succeeded, before any code under test runs, so what precedes it is swerl's own output
+    command = "\n".join([
+        *(f"( cd {wd} && {step} ) || exit {SETUP_FAILED}" for step in setup),
+        f"echo '{tests_line}'",
+        f"( cd {wd} && bash {script_path} ); swerl_rc=$?",
+        # the report comes back in the same answer unless it is large (then it is read as a file)
+        f"echo; echo '{report_line}'; [ \"$(stat -c %s {report_path} 2>/dev/null || echo 0)\" -lt {INLINE_REPORT_MAX} ] "
+        f"&& base64 -w0 {report_path}; echo",
+        "exit $swerl_rc",
+    ])
+    return _Plan(files, command, tests_line, report_line, report_path, script, parser, no_patch)
+
+
+def _grade_in(sandbox: DockerSandbox, task: Task, plan: _Plan, config: GradingConfig, logs: _Logs,
+              result: GradeResult) -> GradeResult:
+    run = sandbox.exec(plan.command, timeout=config.test_timeout_s + SETUP_ALLOWANCE_S)
+    head, sep, tests_output = run.output.partition(plan.tests_line + "\n")
     logs.write("setup.log", head)
     if not sep:
         stage = next((ln[len(STAGE):] for ln in reversed(head.splitlines()) if ln.startswith(STAGE)), "")
@@ -179,6 +207,9 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
         raise SandboxError(f"grading set-up failed at {stage or 'start'} (exit {run.exit_code}): {head[-500:]}")
     if "@@via" in head:
         result.applied_with = "patch" if "@@via patch" in head else "git apply"
+    before, found, report_b64 = tests_output.rpartition("\n" + plan.report_line + "\n")
+    if found:
+        tests_output = before
     run = run.model_copy(update={"output": tests_output})
     logs.write("test_output.txt", run.output)
     result.test_exit_code = run.exit_code
@@ -186,7 +217,10 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
         result.failure_class = FailureClass.TIMEOUT
         result.reason = f"tests did not finish within {config.test_timeout_s:.0f}s; every process they started was killed"
         return result
-    report = _read_report(sandbox, report_path) if script.runs_pytest else None
+    script = plan.script
+    report = None
+    if script.runs_pytest:
+        report = _report_from(report_b64) or _read_report(sandbox, plan.report_path)
     logs.write("report.json", json.dumps(report, indent=1))
     if report and report.get("collect_errors"):
         # a test command run with --tb=no prints no traceback: the kept log gets pytest's own
@@ -195,11 +229,11 @@ def _grade_in(sandbox: DockerSandbox, task: Task, patch: str, config: GradingCon
         exit_code = run.exit_code
     else:  # the published script ends with a `git checkout`: pytest's own status is the tests'
         exit_code = report.get("exitstatus") if report and isinstance(report.get("exitstatus"), int) else None
-    verdict = judge(task, run.output, report, exit_code, script.runs_pytest, truncated=run.truncated, parser=parser)
+    verdict = judge(task, run.output, report, exit_code, script.runs_pytest, truncated=run.truncated, parser=plan.parser)
     result.tests, result.log_valid, result.swebench_resolved = verdict.tests, verdict.log_valid, verdict.swebench_resolved
-    result.resolved = bool(verdict.resolved and not no_patch and result.tests)
+    result.resolved = bool(verdict.resolved and not plan.no_patch and result.tests)
     if result.failure_class is None and not result.resolved:
-        result.failure_class = FailureClass.NO_PATCH if no_patch else FailureClass.TESTS_FAILED
+        result.failure_class = FailureClass.NO_PATCH if plan.no_patch else FailureClass.TESTS_FAILED
     result.reason = verdict.reason if not result.reason else f"{result.reason}; {verdict.reason}"
     return result
 
@@ -212,12 +246,27 @@ def _collection_tracebacks(errors: list) -> str:
     return "\n".join(parts) + "\n"
 
 
+def _report_from(b64: str) -> dict | None:
+    """The report as the grading command printed it (base64 of the file), if it came through whole."""
+    b64 = b64.strip()
+    if not b64:
+        return None
+    try:
+        return _checked_report(json.loads(base64.b64decode(b64, validate=True).decode("utf-8")))
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
 def _read_report(sandbox: DockerSandbox, path: str) -> dict | None:
-    """The plugin's report, or None when it is absent or not the object the plugin writes."""
+    """The plugin's report read from the sandbox, or None when it is absent or not what the plugin writes."""
     try:
         report = json.loads(sandbox.read_file(path, max_bytes=64_000_000).decode("utf-8"))
     except (FileNotFoundError, IsADirectoryError, UnicodeDecodeError, ValueError, SandboxError):
         return None
+    return _checked_report(report)
+
+
+def _checked_report(report: object) -> dict | None:
     if not isinstance(report, dict) or not isinstance(report.get("tests", {}), dict):
         return None
     if not all(isinstance(v, str) for v in report.get("tests", {}).values()):
@@ -240,9 +289,14 @@ def grade_prediction(task: Task, patch: str | None, image: str, config: GradingC
     else:
         # only a failing sandbox is retried; an infra error the task itself causes would fail again
         for attempts in range(1, config.infra_retries + 2):
+            result = GradeResult(instance_id=task.instance_id, resolved=False, image=image)
+            plan = _plan(task, patch or "", config, result, logs)
+            if plan is None:  # decided without running anything: a bad diff, every file dropped, a broken task
+                break
             try:
-                with DockerSandbox(image, config.sandbox, slots=slots, base_commit=task.base_commit) as sandbox:
-                    result = _grade_in(sandbox, task, patch or "", config, logs)
+                with DockerSandbox(image, config.sandbox, slots=slots, base_commit=task.base_commit,
+                                   preload=plan.files) as sandbox:
+                    result = _grade_in(sandbox, task, plan, config, logs, result)
                 break
             except (SandboxError, DockerException, OSError) as e:
                 result = GradeResult(instance_id=task.instance_id, resolved=False, image=image,
