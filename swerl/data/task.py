@@ -49,6 +49,18 @@ def _as_str_list(value: Any, field: str) -> list[str]:
     return list(value)
 
 
+def _json_object(value: Any, field: str) -> Any:
+    """A mapping field published as an object, a JSON string, or empty (null, "")."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return {}
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{field} is a string but not JSON: {e}") from e
+    return value
+
+
 class InstallConfig(BaseModel):
     """How to build a task's environment (SWE-rebench's ``install_config``)."""
 
@@ -211,26 +223,12 @@ class Task(BaseModel):
                 "install_config (python, install, test_cmd, log_parser: SWE-rebench's format) or use the current "
                 "SWE-bench release, whose records carry image, eval_script, log_parser and eval_type"
             )
-        if v is None:
-            return {}
-        if isinstance(v, str):
-            try:
-                return json.loads(v) if v.strip() else {}
-            except json.JSONDecodeError as e:
-                raise ValueError(f"install_config is a string but not JSON: {e}") from e
-        return v
+        return _json_object(v, "install_config")
 
     @field_validator("image_assets", mode="before")
     @classmethod
     def _assets(cls, v: Any) -> Any:
-        if v is None or (isinstance(v, str) and not v.strip()):
-            return {}
-        if isinstance(v, str):  # the Hugging Face datasets ship it as a JSON string
-            try:
-                return json.loads(v)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"image_assets is a string but not JSON: {e}") from e
-        return v
+        return _json_object(v, "image_assets")  # the Hugging Face datasets ship it as a JSON string
 
     @field_validator("eval_type", mode="before")
     @classmethod

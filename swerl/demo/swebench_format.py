@@ -36,8 +36,7 @@ from swerl.data.task import Task
 from swerl.envs import labels
 from swerl.envs.base_image import BaseImageConfig, BaseImageError, base_tag, ensure_base_image
 from swerl.envs.docker_build import ImageBuildError, build_image
-from swerl.envs.docker_client import docker_client
-from swerl.envs.images import ImageConfig, _ca_blob
+from swerl.envs.images import ImageConfig, _ca_blob, _exists
 from swerl.envs.repos import RepoNotFoundError, export_testbed, repo_source
 
 SWEBENCH_REPO = "swerl-swebench"
@@ -210,16 +209,6 @@ def _digest(*parts: object) -> str:
 
 def _tag_name(instance_id: str) -> str:
     return re.sub(r"[^a-z0-9_.-]", "-", instance_id.lower())[:100]
-
-
-def _exists(tag: str) -> bool:
-    from docker.errors import ImageNotFound
-
-    try:
-        docker_client().images.get(tag)
-        return True
-    except ImageNotFound:
-        return False
 
 
 def _log_path(log_dir: Path, tag: str) -> Path:
