@@ -11,7 +11,7 @@ from prefect import flow
 from flows._hooks import HOOKS
 from flows.rft import policy_ref
 from flows.rollout import rollout_stage, run_chunks
-from swerl.orchestration.metrics import prefixed, rollout_metrics, train_metrics
+from swerl.orchestration.metrics import grading_metrics, prefixed, rollout_metrics, train_metrics
 from swerl.orchestration.params import AgentParams, DAPOParams, TrackingParams
 from swerl.stages.rollout import stored_trajectories
 from swerl.stages.train import DAPOStage
@@ -38,6 +38,7 @@ def dapo_iteration(tasks: Path, policy_path: str, policy_version: str, iteration
     rolled = run_chunks(stage, agent.chunk_size, agent.timeout_s)
     trajectories = stored_trajectories(Path(rolled["store"]))
     metrics = prefixed("rollout", rollout_metrics(trajectories, dapo.reward, wall_s=rolled["wall_s"]))
+    metrics.update(prefixed("grading", grading_metrics(trajectories)))
     tr.log_lineage(tracking, run_id, tasks=tasks, trajectories=Path(rolled["store"]), trajectories_name=f"{name}-trajectories",
                    count=len(trajectories))
     t = dapo.train

@@ -9,7 +9,7 @@ from prefect import flow
 
 from flows._hooks import HOOKS
 from flows.rollout import rollout_stage, run_chunks
-from swerl.orchestration.metrics import prefixed, rollout_metrics, train_metrics
+from swerl.orchestration.metrics import grading_metrics, prefixed, rollout_metrics, train_metrics
 from swerl.orchestration.params import AgentParams, RFTParams, TrackingParams
 from swerl.stages.rollout import stored_trajectories
 from swerl.stages.train import RFTStage
@@ -40,6 +40,7 @@ def rft(tasks: Path, model: str, out: Path, repos: Path | None = None, policy_ve
     rolled = run_chunks(sampling, sampler.chunk_size, sampler.timeout_s)
     trajectories = stored_trajectories(Path(rolled["store"]))
     metrics = prefixed("rollout", rollout_metrics(trajectories, wall_s=rolled["wall_s"]))
+    metrics.update(prefixed("grading", grading_metrics(trajectories)))
     tr.log_lineage(tracking, run_id, tasks=tasks, trajectories=Path(rolled["store"]), trajectories_name=f"{stage}-trajectories",
                    count=len(trajectories))
     t = rft.train

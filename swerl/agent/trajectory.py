@@ -74,6 +74,7 @@ class Trajectory(BaseModel):
     # filled by grading
     resolved: bool | None = None
     grade_failure: str | None = Field(None, description="The grader's FailureClass when graded.")
+    tamper_flags: list[str] = Field(default_factory=list, description="Tamper signature classes grading found in the patch.")
     fail_to_pass_passed: int | None = None
     pass_to_pass_failed: int | None = None
 

@@ -19,12 +19,12 @@ import uuid
 from importlib import resources
 
 from docker.errors import APIError, DockerException, NotFound
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from swerl.envs import labels
 from swerl.envs.docker_client import docker_client
 from swerl.envs.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel
-from swerl.envs.sandbox import ExecResult, SandboxError
+from swerl.envs.sandbox import ExecResult, RunnerFailed, SandboxError
 
 RUNNER_DIR = "/opt/swerl"
 RUNNER = f"{RUNNER_DIR}/swerl_exec.py"
@@ -49,6 +49,11 @@ class DockerSandboxConfig(BaseModel):
     output_limit_bytes: int = Field(64_000, ge=1_000, le=64_000_000, description="Output kept per exec (head + tail).")
     lifetime_s: int = Field(7200, ge=60, le=7 * 86400, description="The container removes itself after this long, whatever happens.")
     run_id: str | None = Field(None, description="Label tying containers to one run, for reaping and leak checks.")
+    sweep_after_exec: bool = Field(
+        False, description="After each command, kill every process in the container but its own (a daemon that "
+        "detached with setsid and a cleared environment included). On for grading; off for agent sandboxes, whose "
+        "long-lived command runner must survive.",
+    )
     activate: str | None = Field(
         "auto", description="Shell lines sourced once when the sandbox starts; every command inherits the "
         "environment they leave (PATH, CONDA_PREFIX, ...). 'auto': SWE-bench's conda environment "
@@ -231,10 +236,11 @@ class DockerSandbox:
         timeout = self.config.default_timeout_s if timeout is None else timeout
         tag = uuid.uuid4().hex
         request = {"cmd": cmd, "timeout": timeout, "limit": self.config.output_limit_bytes,
-                   "tag": tag, "cwd": cwd or self.config.workdir, "env": {**self._env, **(env or {})}}
+                   "tag": tag, "cwd": cwd or self.config.workdir, "env": {**self._env, **(env or {})},
+                   "sweep": self.config.sweep_after_exec}
         with self._channel_lock:
             if self._channel is not None and self._channel.alive():
-                return ExecResult(command=cmd, **self._over_channel(request, timeout))
+                return _answer(cmd, self._over_channel(request, timeout))
         result: dict = {}
 
         def run() -> None:
@@ -251,7 +257,7 @@ class DockerSandbox:
             worker.join(HOST_GRACE_S)
             if worker.is_alive():
                 self.close()
-                raise SandboxError(f"command did not stop {timeout + 2 * HOST_GRACE_S:.0f}s after its timeout; sandbox removed")
+                raise RunnerFailed(f"command did not stop {timeout + 2 * HOST_GRACE_S:.0f}s after its timeout; sandbox removed")
         if "error" in result:
             raise SandboxError(f"docker exec failed: {result['error']}") from result["error"]
         code, out = result["raw"]
@@ -259,14 +265,14 @@ class DockerSandbox:
         try:
             data = json.loads(text[-1])
         except (IndexError, json.JSONDecodeError) as e:
-            raise SandboxError(f"sandbox runner failed (exit {code}): {' '.join(text)[-500:]}") from e
-        return ExecResult(command=cmd, **data)
+            raise RunnerFailed(f"sandbox runner failed (exit {code}): {' '.join(text)[-500:]}") from e
+        return _answer(cmd, data)
 
     def _kill_tagged(self, tag: str) -> None:
         """Kill every process of the command carrying ``tag``, through a one-shot runner."""
         self._container.exec_run([self._python, "-I", "-S", RUNNER, json.dumps({"kill_tag": tag})])
 
-    def _over_channel(self, payload: dict, timeout: float) -> dict:
+    def _over_channel(self, payload: dict, timeout: float) -> object:
         channel = self._channel
         try:
             try:
@@ -282,9 +288,7 @@ class DockerSandbox:
             # the command itself may have killed the runner; later commands get one exec each
             self._channel = None
             channel.close()
-            raise SandboxError(f"sandbox runner failed: {e}") from e
-        if "error" in data:
-            raise SandboxError(f"sandbox runner failed: {data['error']}")
+            raise RunnerFailed(f"sandbox runner failed: {e}") from e
         return data
 
     # -- files ---------------------------------------------------------------------
@@ -333,6 +337,19 @@ class DockerSandbox:
         if res.exit_code != 0:
             raise SandboxError(f"git diff against {base} failed: {res.output[-500:]}")
         return self.read_file(out).decode("utf-8", "surrogateescape")
+
+
+def _answer(cmd: str, data: object) -> ExecResult:
+    """The runner's answer checked against its schema: whatever a container prints, the host gets a
+    result or a RunnerFailed, never an exception it does not expect."""
+    if not isinstance(data, dict) or "error" in data:
+        raise RunnerFailed(f"sandbox runner failed: {str(data.get('error') if isinstance(data, dict) else data)[:500]}")
+    fields = {k: v for k, v in data.items() if k in ExecResult.model_fields and k != "command"}
+    try:
+        return ExecResult(command=cmd, **fields)
+    except ValidationError as e:
+        raise RunnerFailed(f"sandbox runner gave a malformed answer: {e.errors()[0]['msg']} "
+                           f"({', '.join(str(x['loc'][0]) for x in e.errors()[:3])})") from None
 
 
 _SHELL_OWN_VARS = frozenset({"SHLVL", "_", "PWD", "OLDPWD"})

@@ -23,6 +23,11 @@ class SandboxError(RuntimeError):
     """The sandbox itself failed (not the command in it): an infrastructure error."""
 
 
+class RunnerFailed(SandboxError):
+    """The in-container runner died or answered garbage while a command ran. The command itself may
+    have caused it (it can kill the runner or write to its stdout), so graders ask whether it recurs."""
+
+
 class Sandbox(Protocol):
     """An isolated copy of a repository environment."""
 

@@ -34,19 +34,21 @@ from pydantic import BaseModel, Field
 
 from swerl.data.task import Task
 from swerl.envs.docker_sandbox import DockerSandbox, DockerSandboxConfig, concurrency_slots
-from swerl.envs.sandbox import SandboxError
+from swerl.envs.sandbox import RunnerFailed, SandboxError
 from swerl.grading.diffs import DiffParseError, join_diff, split_diff
 from swerl.grading.judge import judge
 from swerl.grading.log_parsers import LogParser, UnknownLogParserError, get_log_parser
 from swerl.grading.protected import ProtectedPathsConfig, filter_sections
 from swerl.grading.results import FailureClass, GradeResult
+from swerl.grading.tamper_flags import tamper_flags
 from swerl.grading.test_script import AssetError, TestScript, instrumentation, native_script, published_script
 
 WORK = "/tmp/swerl-grade"
 STAGE = "@@swerl-stage "
 SETUP_FAILED = 97
 INLINE_REPORT_MAX = 1_000_000  # bytes of report printed with the test output (well inside the kept tail)
-SETUP_ALLOWANCE_S = 120.0  # applying patches and restoring files, on top of the tests' own time limit
+SETUP_ALLOWANCE_S = 120.0
+REPORT_STATUSES = frozenset({"PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL"})  # what the report plugin writes  # applying patches and restoring files, on top of the tests' own time limit
 
 
 class GradingConfig(BaseModel):
@@ -54,7 +56,7 @@ class GradingConfig(BaseModel):
 
     test_timeout_s: float = Field(900.0, gt=0, le=86400, description="Hard limit on the test command; the process tree is killed after it.")
     sandbox: DockerSandboxConfig = Field(
-        default_factory=lambda: DockerSandboxConfig(output_limit_bytes=4_000_000),
+        default_factory=lambda: DockerSandboxConfig(output_limit_bytes=4_000_000, sweep_after_exec=True),
         description="Container limits for grading sandboxes (network off).",
     )
     protected: ProtectedPathsConfig = Field(default_factory=ProtectedPathsConfig, description="Diff sections never applied.")
@@ -133,6 +135,7 @@ def _plan(task: Task, patch: str, config: GradingConfig, result: GradeResult, lo
             result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch is not a valid diff: {e}"
             return None
         result.dropped_files = dropped
+        result.tamper_flags = sorted(set(tamper_flags(patch)) | ({"protected_paths"} if dropped else set()))
         if not kept:
             result.failure_class = FailureClass.NO_PATCH
             result.reason = "every file of the patch was dropped: " + "; ".join(f"{p}: {r}" for p, r in dropped.items())
@@ -220,7 +223,12 @@ def _grade_in(sandbox: DockerSandbox, task: Task, plan: _Plan, config: GradingCo
     script = plan.script
     report = None
     if script.runs_pytest:
-        report = _report_from(report_b64) or _read_report(sandbox, plan.report_path)
+        try:
+            report = _report_from(report_b64) if report_b64.strip() else _read_report(sandbox, plan.report_path)
+        except MalformedReport as e:
+            result.failure_class, result.log_valid = FailureClass.TAMPERED, False
+            result.reason = f"pytest's report was overwritten with something the plugin never writes: {e}"
+            return result
     logs.write("report.json", json.dumps(report, indent=1))
     if report and report.get("collect_errors"):
         # a test command run with --tb=no prints no traceback: the kept log gets pytest's own
@@ -246,31 +254,48 @@ def _collection_tracebacks(errors: list) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _report_from(b64: str) -> dict | None:
-    """The report as the grading command printed it (base64 of the file), if it came through whole."""
-    b64 = b64.strip()
-    if not b64:
-        return None
+class MalformedReport(ValueError):
+    """The report exists but is not what the plugin writes: evidence of tampering."""
+
+
+def _report_from(b64: str) -> dict:
+    """The report as the grading command printed it (base64 of the file)."""
     try:
-        return _checked_report(json.loads(base64.b64decode(b64, validate=True).decode("utf-8")))
-    except (ValueError, UnicodeDecodeError):
-        return None
+        return _checked_report(json.loads(base64.b64decode(b64.strip(), validate=True).decode("utf-8")))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        if isinstance(e, MalformedReport):
+            raise
+        raise MalformedReport(f"not UTF-8 JSON ({type(e).__name__})") from None
 
 
 def _read_report(sandbox: DockerSandbox, path: str) -> dict | None:
-    """The plugin's report read from the sandbox, or None when it is absent or not what the plugin writes."""
+    """The plugin's report read from the sandbox; None when there is none (pytest never finished)."""
     try:
-        report = json.loads(sandbox.read_file(path, max_bytes=64_000_000).decode("utf-8"))
-    except (FileNotFoundError, IsADirectoryError, UnicodeDecodeError, ValueError, SandboxError):
+        raw = sandbox.read_file(path, max_bytes=64_000_000)
+    except (FileNotFoundError, IsADirectoryError):
         return None
-    return _checked_report(report)
+    except SandboxError as e:
+        raise MalformedReport(str(e)) from None
+    try:
+        return _checked_report(json.loads(raw.decode("utf-8")))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        if isinstance(e, MalformedReport):
+            raise
+        raise MalformedReport(f"not UTF-8 JSON ({type(e).__name__})") from None
 
 
-def _checked_report(report: object) -> dict | None:
-    if not isinstance(report, dict) or not isinstance(report.get("tests", {}), dict):
-        return None
-    if not all(isinstance(v, str) for v in report.get("tests", {}).values()):
-        return None
+def _checked_report(report: object) -> dict:
+    """The report against the plugin's schema: {complete: bool, exitstatus: int, tests: {str: status}, collect_errors: list}."""
+    if not isinstance(report, dict):
+        raise MalformedReport(f"a {type(report).__name__}, not an object")
+    tests = report.get("tests")
+    if not isinstance(tests, dict) or not all(isinstance(k, str) and isinstance(v, str) and v in REPORT_STATUSES for k, v in tests.items()):
+        raise MalformedReport("'tests' is not a map of test ids to pytest outcomes")
+    if not isinstance(report.get("complete"), bool) or not isinstance(report.get("exitstatus"), int):
+        raise MalformedReport("'complete' or 'exitstatus' has the wrong type")
+    errors = report.get("collect_errors", [])
+    if not isinstance(errors, list) or not all(isinstance(e, dict) for e in errors):
+        raise MalformedReport("'collect_errors' is not a list of objects")
     return report
 
 
@@ -288,19 +313,55 @@ def grade_prediction(task: Task, patch: str | None, image: str, config: GradingC
         attempts = 0
     else:
         # only a failing sandbox is retried; an infra error the task itself causes would fail again
+        runner_failures = 0
         for attempts in range(1, config.infra_retries + 2):
-            result = GradeResult(instance_id=task.instance_id, resolved=False, image=image)
-            plan = _plan(task, patch or "", config, result, logs)
-            if plan is None:  # decided without running anything: a bad diff, every file dropped, a broken task
-                break
             try:
-                with DockerSandbox(image, config.sandbox, slots=slots, base_commit=task.base_commit,
-                                   preload=plan.files) as sandbox:
-                    result = _grade_in(sandbox, task, plan, config, logs, result)
+                result = _attempt(task, patch or "", image, config, slots, logs)
                 break
+            except RunnerFailed as e:  # the runner died or answered garbage while the tests ran
+                runner_failures += 1
+                result = _infra(task, image, e)
             except (SandboxError, DockerException, OSError) as e:
-                result = GradeResult(instance_id=task.instance_id, resolved=False, image=image,
-                                     failure_class=FailureClass.INFRA_ERROR, reason=f"{type(e).__name__}: {e}")
+                result = _infra(task, image, e)
+        if runner_failures >= 2 and (patch or "").strip():
+            result = _blame(task, image, config, slots, result)
+    result.model_name_or_path, result.attempts = model_name, attempts
+    result.duration_s = round(time.monotonic() - start, 3)
+    result.log_dir = str(logs.root) if logs.root else None
+    logs.write("result.json", result.model_dump_json(indent=1))
+    return result
+
+
+def _attempt(task: Task, patch: str, image: str, config: GradingConfig, slots: threading.BoundedSemaphore | None,
+             logs: _Logs) -> GradeResult:
+    """One grading in one fresh sandbox; raises SandboxError (RunnerFailed while the tests ran) on infrastructure."""
+    result = GradeResult(instance_id=task.instance_id, resolved=False, image=image)
+    plan = _plan(task, patch, config, result, logs)
+    if plan is None:  # decided without running anything: a bad diff, every file dropped, a broken task
+        return result
+    with DockerSandbox(image, config.sandbox, slots=slots, base_commit=task.base_commit, preload=plan.files) as sandbox:
+        return _grade_in(sandbox, task, plan, config, logs, result)
+
+
+def _infra(task: Task, image: str, error: Exception) -> GradeResult:
+    return GradeResult(instance_id=task.instance_id, resolved=False, image=image,
+                       failure_class=FailureClass.INFRA_ERROR, reason=f"{type(error).__name__}: {error}")
+
+
+def _blame(task: Task, image: str, config: GradingConfig, slots: threading.BoundedSemaphore | None,
+           failed: GradeResult) -> GradeResult:
+    """The runner died twice while this patch's tests ran: the patch did it, unless the tests without it do too."""
+    try:
+        _attempt(task, "", image, config.model_copy(update={"run_tests_without_patch": True, "log_dir": None}), slots,
+                 _Logs(None))
+    except (SandboxError, DockerException, OSError) as e:
+        failed.reason += f"; the tests without the patch failed the same way ({type(e).__name__}), so it is the infrastructure"
+        return failed
+    return GradeResult(instance_id=task.instance_id, resolved=False, image=image, failure_class=FailureClass.TAMPERED,
+                       reason=f"the sandbox's runner died or was forged twice while this patch's tests ran, and the "
+                       f"tests run cleanly without the patch: {failed.reason[:400]}")
+
+
     result.model_name_or_path, result.attempts = model_name, attempts
     result.duration_s = round(time.monotonic() - start, 3)
     result.log_dir = str(logs.root) if logs.root else None
@@ -322,6 +383,19 @@ def grade_many(jobs: Sequence[tuple[Task, str | None, str | None, str]], config:
 
     def one(job: tuple[Task, str | None, str | None, str], index: int) -> GradeResult:
         task, patch, image, model = job
+        try:
+            res = graded(task, patch, image, model, index)
+        except Exception as e:  # a grader bug must cost one result, never the run
+            res = GradeResult(instance_id=task.instance_id, model_name_or_path=model, resolved=False,
+                              failure_class=FailureClass.INFRA_ERROR, reason=f"internal grading error: {type(e).__name__}: {e}")
+        if progress:
+            progress(res)
+        if on_result:
+            with lock:
+                on_result(index, res)
+        return res
+
+    def graded(task: Task, patch: str | None, image: str | None, model: str, index: int) -> GradeResult:
         if image is None:
             res = GradeResult(instance_id=task.instance_id, model_name_or_path=model, resolved=False,
                               failure_class=FailureClass.INFRA_ERROR,
@@ -329,11 +403,6 @@ def grade_many(jobs: Sequence[tuple[Task, str | None, str | None, str]], config:
         else:
             res = grade_prediction(task, patch, image, config, model_name=model, slots=slots,
                                    log_subdir=f"{_safe(model or 'prediction')}-{index}")
-        if progress:
-            progress(res)
-        if on_result:
-            with lock:
-                on_result(index, res)
         return res
 
     with ThreadPoolExecutor(concurrency) as pool:

@@ -14,6 +14,7 @@ class FailureClass(str, Enum):
     APPLY_FAILED = "apply_failed"
     TIMEOUT = "timeout"
     TESTS_FAILED = "tests_failed"
+    TAMPERED = "tampered"  # the run's evidence was forged, broken or contradicts itself: never a reward
     INFRA_ERROR = "infra_error"
 
 
@@ -50,6 +51,8 @@ class GradeResult(BaseModel):
     reason: str = ""
     tests: dict[str, TestDetail] = Field(default_factory=dict)
     dropped_files: dict[str, str] = Field(default_factory=dict, description="Diff sections not applied, with why.")
+    tamper_flags: list[str] = Field(default_factory=list, description="Tamper signature classes in the lines the patch "
+                                    "adds (swerl.grading.tamper_flags): evidence of probing, never a verdict.")
     applied_with: str | None = None
     test_exit_code: int | None = None
     log_valid: bool = True

@@ -48,6 +48,16 @@ def rollout_metrics(trajectories: Sequence[Trajectory], reward: RewardConfig | N
     return out
 
 
+def grading_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """How often the policy probes the grader: trajectories whose patch carries tamper signatures
+    (``tamper_flags``), those graded ``tampered``, and each signature class's count."""
+    out = {"tamper_flags": float(sum(1 for t in trajectories if t.tamper_flags)),
+           "tampered": float(sum(1 for t in trajectories if t.grade_failure == "tampered"))}
+    for flag, n in Counter(f for t in trajectories for f in t.tamper_flags).items():
+        out[f"tamper_flag_{flag}"] = float(n)
+    return out
+
+
 def eval_metrics(report: EvalReport) -> dict[str, float]:
     """Pass@1 with its standard error over runs, Pass@k, turns and exit counts."""
     out = {"pass_at_1": report.pass_at_1, "pass_at_1_sem": report.pass_at_1_sem, "tasks": float(report.tasks),

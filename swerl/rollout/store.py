@@ -29,6 +29,7 @@ num_turns            int32            replies given
 generation_s, environment_s, wall_s, sandbox_s  float64  time split (sandbox: start + tools + removal)
 resolved             bool (null)      grading outcome (null = not graded)
 grade_failure        string (null)    the grader's failure class
+tamper_flags         list<string>     tamper signature classes in the patch (swerl.grading.tamper_flags)
 fail_to_pass_passed, pass_to_pass_failed  int32 (null)
 messages_json        string           the conversation as chat messages (JSON)
 turns_json           string           per-turn records (JSON)
@@ -71,6 +72,7 @@ SCHEMA = pa.schema(
         ("sandbox_s", pa.float64()),
         ("resolved", pa.bool_()),
         ("grade_failure", pa.string()),
+        ("tamper_flags", pa.list_(pa.string())),
         ("fail_to_pass_passed", pa.int32()),
         ("pass_to_pass_failed", pa.int32()),
         ("messages_json", pa.string()),

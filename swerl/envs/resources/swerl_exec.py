@@ -40,6 +40,39 @@ def _session_of(pid):
         return None
 
 
+def _stat(pid):
+    """(parent pid, start time in clock ticks) of ``pid``, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[1]), int(fields[19])  # ppid: field 4; starttime: field 22
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def sweep():
+    """SIGKILL every process but the container's init, its first child (the container's own command,
+    the oldest: whatever a command detaches is reparented to init later) and this runner, until none is left.
+
+    Nothing a command started, however it detached (setsid, a cleared environment, a new name),
+    outlives it."""
+    me = os.getpid()
+    for _ in range(50):
+        procs = {int(n): _stat(int(n)) for n in os.listdir("/proc") if n.isdigit()}
+        procs = {pid: st for pid, st in procs.items() if st is not None}
+        children_of_init = [(st[1], pid) for pid, st in procs.items() if st[0] == 1]
+        keep = {1, me, min(children_of_init)[1] if children_of_init else -1}
+        victims = [pid for pid in procs if pid not in keep]
+        if not victims:
+            return
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.02)
+
+
 def kill_tagged(tag, session):
     """SIGKILL every process in ``session`` or carrying ``tag``; repeat until none is left."""
     me = os.getpid()
@@ -126,6 +159,8 @@ def run(args):
         timed_out = True
         code = None
     kill_tagged(tag, proc.pid)  # the command's session id is its pid
+    if args.get("sweep"):
+        sweep()
     if code is None:
         code = proc.wait()
     reader.join(timeout=2.0)  # a grandchild holding the pipe is dead by now
