@@ -94,16 +94,6 @@ def _header_paths(head: str) -> tuple[str | None, str | None] | None:
     return None
 
 
-def safe_relative_path(path: str) -> bool:
-    """True when ``path`` stays inside the repository and outside ``.git``."""
-    if not path or path.startswith("/") or "\\" in path or "\x00" in path:
-        return False
-    norm = posixpath.normpath(path)
-    if norm.startswith("../") or norm == ".." or norm == ".":
-        return False
-    return not any(part == ".git" for part in norm.split("/"))
-
-
 def _lines(text: str) -> list[str]:
     # Not str.splitlines: it also breaks on \f, \r, \x1c..., which occur inside source
     # lines (form feeds in Python files) and would cut a hunk line in two.

@@ -45,6 +45,8 @@ from swerl.grading.test_script import AssetError, TestScript, instrumentation, n
 
 WORK = "/tmp/swerl-grade"
 STAGE = "@@swerl-stage "
+GUARD = f"{WORK}/swerl_path_rules.py"
+GUARD_LINE = "@@swerl-guard "
 SETUP_FAILED = 97
 INLINE_REPORT_MAX = 1_000_000  # bytes of report printed with the test output (well inside the kept tail)
 SETUP_ALLOWANCE_S = 120.0
@@ -80,6 +82,23 @@ def select_test_files(task: Task) -> list[str]:
         if "::" in test and head.endswith(".py"):
             files.add(head)
     return sorted(files)
+
+
+def _guard_source() -> bytes:
+    return resources.files("swerl.grading").joinpath("path_rules.py").read_bytes()
+
+
+def _guard_verdict(setup_log: str) -> dict | None:
+    """The guard's JSON line from the set-up output (swerl's own output: no code under test has run yet)."""
+    for line in reversed(setup_log.splitlines()):
+        if line.startswith(GUARD_LINE):
+            try:
+                verdict = json.loads(line[len(GUARD_LINE):])
+            except ValueError:
+                return None
+            return verdict if isinstance(verdict, dict) and all(isinstance(verdict.get(k), dict)
+                                                                 for k in ("restored", "removed", "refused")) else None
+    return None
 
 
 def _plugin_source() -> bytes:
@@ -145,12 +164,18 @@ def _plan(task: Task, patch: str, config: GradingConfig, result: GradeResult, lo
             applied = join_diff(kept)
             logs.write("applied.diff", applied)
             files[f"{WORK}/agent.patch"] = (applied, 0o644)
-            setup.append(
+            files[GUARD] = (_guard_source(), 0o644)
+            guard_args = {"root": config.sandbox.workdir, "before": f"{WORK}/before-{nonce}.json", "base": task.base_commit,
+                          "test_patch_files": sorted(test_files), "rules": config.protected.model_dump(mode="json")}
+            setup += [
+                f"echo '{STAGE}snapshot'; \"$SWERL_PYTHON\" -I -S {GUARD} {shlex.quote(json.dumps({**guard_args, 'mode': 'snapshot'}))}",
                 f"echo '{STAGE}apply'; if git apply --verbose --whitespace=nowarn {WORK}/agent.patch; then echo '@@via git apply'; "
                 f"elif patch --dry-run --batch --fuzz=5 -p1 -i {WORK}/agent.patch >/dev/null && "
                 f"patch --batch --fuzz=5 -p1 --no-backup-if-mismatch -i {WORK}/agent.patch; then echo '@@via patch'; "
-                "else exit 1; fi"
-            )
+                "else exit 1; fi",
+                # judge what changed in the container, whatever the diff reader believed
+                f"echo '{STAGE}guard'; \"$SWERL_PYTHON\" -I -S {GUARD} {shlex.quote(json.dumps({**guard_args, 'mode': 'guard'}))}",
+            ]
     restore = " ".join(shlex.quote(p) for p in sorted(test_files))
     if restore:
         setup.append(
@@ -203,6 +228,15 @@ def _grade_in(sandbox: DockerSandbox, task: Task, plan: _Plan, config: GradingCo
         if stage == "apply":
             result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch does not apply: {head[-800:]}"
             return result
+        if stage == "guard":
+            verdict = _guard_verdict(head)
+            if verdict is None or not verdict["refused"]:  # the guard itself failed: swerl's problem, not the patch's
+                raise SandboxError(f"the path guard failed (exit {run.exit_code}): {head[-500:]}")
+            refused = verdict["refused"]
+            result.failure_class, result.log_valid = FailureClass.TAMPERED, False
+            result.reason = ("the patch changed protected paths that cannot be put back: "
+                             + "; ".join(f"{p}: {r}" for p, r in list(refused.items())[:5]))
+            return result
         if stage == "test_patch":
             result.failure_class = FailureClass.INFRA_ERROR
             result.reason = f"the task's test patch does not apply to base_commit (task is broken): {head[-500:]}"
@@ -210,6 +244,12 @@ def _grade_in(sandbox: DockerSandbox, task: Task, plan: _Plan, config: GradingCo
         raise SandboxError(f"grading set-up failed at {stage or 'start'} (exit {run.exit_code}): {head[-500:]}")
     if "@@via" in head:
         result.applied_with = "patch" if "@@via patch" in head else "git apply"
+    guarded = _guard_verdict(head)
+    if guarded is not None:
+        for path, reason in {**guarded["restored"], **guarded["removed"]}.items():
+            result.dropped_files[path] = f"changed in the container although protected ({reason}); put back"
+        if guarded["restored"] or guarded["removed"]:
+            result.tamper_flags = sorted(set(result.tamper_flags) | {"protected_paths"})
     before, found, report_b64 = tests_output.rpartition("\n" + plan.report_line + "\n")
     if found:
         tests_output = before

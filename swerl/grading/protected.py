@@ -7,20 +7,10 @@ section of the diff before applying the rest, and reports what it dropped.
 
 from __future__ import annotations
 
-import fnmatch
-import posixpath
-
 from pydantic import BaseModel, Field
 
-from swerl.grading.diffs import FileDiff, safe_relative_path
-
-TEST_DIRS = ("tests", "test", "testing")
-TEST_FILE_GLOBS = ("test_*.py", "*_test.py", "tests.py", "conftest.py")
-INFRA_NAMES = (
-    "conftest.py", "sitecustomize.py", "usercustomize.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg",
-    "pyproject.toml", "noxfile.py", "pytest.py", "py.py", "pluggy.py", ".coveragerc",
-)
-INFRA_GLOBS = ("*.pth", "*.pyc", "*.pyo", "__pycache__/*", "*/__pycache__/*", "_pytest/*", "pytest/*", "pluggy/*")
+from swerl.grading.diffs import FileDiff
+from swerl.grading.path_rules import INFRA_GLOBS, INFRA_NAMES, TEST_DIRS, TEST_FILE_GLOBS, path_reason
 
 
 class ProtectedPathsConfig(BaseModel):
@@ -34,24 +24,12 @@ class ProtectedPathsConfig(BaseModel):
 
 
 def protection_reason(section: FileDiff, test_patch_files: set[str], config: ProtectedPathsConfig) -> str | None:
-    """Why ``section`` must be dropped, or None when it may be applied."""
-    if section.is_symlink and not config.allow_symlinks:
-        return "creates a symbolic link"
+    """Why ``section`` must be dropped, or None when it may be applied (the rules of swerl.grading.path_rules)."""
+    rules = config.model_dump()
     for path in section.paths:
-        if not safe_relative_path(path):
-            return f"path {path!r} leaves the repository or touches .git"
-        norm = posixpath.normpath(path)
-        name = posixpath.basename(norm)
-        if norm in test_patch_files:
-            return "file is changed by the task's test patch"
-        if any(part in config.test_dirs for part in norm.split("/")[:-1]):
-            return "file is in a test folder"
-        if any(fnmatch.fnmatch(name, g) for g in config.test_file_globs):
-            return "file is a test module"
-        if name in config.infra_names:
-            return "file configures the test runner or the interpreter"
-        if any(fnmatch.fnmatch(norm, g) for g in config.infra_globs):
-            return "file could shadow or configure the test runner"
+        reason = path_reason(path, test_patch_files, rules, is_symlink=section.is_symlink)
+        if reason is not None:
+            return reason
     return None
 
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from swerl.grading.diffs import DiffParseError, FileDiff, join_diff, safe_relative_path, split_diff
+from swerl.grading.diffs import DiffParseError, FileDiff, join_diff, split_diff
+from swerl.grading.path_rules import safe_relative_path
 
 
 def lines(*rows: str) -> str:

@@ -134,6 +134,7 @@ def run(args):
     env = dict(os.environ)
     env.update(args.get("env") or {})
     env[TAG_VAR] = tag
+    env["SWERL_PYTHON"] = sys.executable  # the image's own python3, for swerl's helpers inside the command
     shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
     start = time.monotonic()
     proc = subprocess.Popen(
