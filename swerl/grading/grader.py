@@ -41,7 +41,7 @@ from swerl.grading.log_parsers import LogParser, UnknownLogParserError, get_log_
 from swerl.grading.protected import ProtectedPathsConfig, filter_sections
 from swerl.grading.results import FailureClass, GradeResult
 from swerl.grading.tamper_flags import tamper_flags
-from swerl.grading.test_script import AssetError, TestScript, instrumentation, native_script, published_script
+from swerl.grading.test_script import AssetError, TestScript, canary_targets, instrumentation, native_script, published_script
 
 WORK = "/tmp/swerl-grade"
 STAGE = "@@swerl-stage "
@@ -65,6 +65,8 @@ class GradingConfig(BaseModel):
     infra_retries: int = Field(1, ge=0, le=5, description="Fresh-sandbox retries after an infrastructure error.")
     log_dir: Path | None = Field(None, description="Where each grading's patch, test log and report are kept.")
     run_tests_without_patch: bool = Field(False, description="Run the tests even for an empty patch (task validation).")
+    canaries: bool = Field(True, description="Add copies of the FAIL_TO_PASS tests with known outcomes (one must fail, one "
+                           "must pass); a run where either is flipped is graded 'tampered'.")
 
 
 def changed_by_test_patch(task: Task) -> set[str]:
@@ -189,7 +191,9 @@ def _plan(task: Task, patch: str, config: GradingConfig, result: GradeResult, lo
         setup.append(f"echo '{STAGE}test_patch'; git apply --verbose {check} {WORK}/test.patch || exit 1")
 
     plugin_dir, report_path = f"{WORK}/plug-{nonce}", f"{WORK}/report-{nonce}.json"
-    exports = instrumentation(plugin_dir, f"swerl_report_{nonce}", report_path)
+    # canary copies carry a random suffix: a payload cannot tell them from the real tests by name
+    exports = instrumentation(plugin_dir, f"swerl_report_{nonce}", report_path,
+                              canary_targets(task, uuid.uuid4().hex[:6]) if config.canaries else None)
     workdir = config.sandbox.workdir
     try:
         script = (published_script(task, exports) if task.eval_script
@@ -280,6 +284,8 @@ def _grade_in(sandbox: DockerSandbox, task: Task, plan: _Plan, config: GradingCo
     verdict = judge(task, run.output, report, exit_code, script.runs_pytest, truncated=run.truncated, parser=plan.parser)
     result.tests, result.log_valid, result.swebench_resolved = verdict.tests, verdict.log_valid, verdict.swebench_resolved
     result.resolved = bool(verdict.resolved and not plan.no_patch and result.tests)
+    if verdict.tampered:
+        result.failure_class = FailureClass.TAMPERED
     if result.failure_class is None and not result.resolved:
         result.failure_class = FailureClass.NO_PATCH if plan.no_patch else FailureClass.TESTS_FAILED
     result.reason = verdict.reason if not result.reason else f"{result.reason}; {verdict.reason}"
@@ -333,6 +339,10 @@ def _checked_report(report: object) -> dict:
         raise MalformedReport("'tests' is not a map of test ids to pytest outcomes")
     if not isinstance(report.get("complete"), bool) or not isinstance(report.get("exitstatus"), int):
         raise MalformedReport("'complete' or 'exitstatus' has the wrong type")
+    canaries = report.get("canaries", {})
+    if not isinstance(canaries, dict) or not all(isinstance(v, list) and all(isinstance(n, str) for n in v)
+                                                 for v in canaries.values()):
+        raise MalformedReport("'canaries' is not a map of kinds to test ids")
     errors = report.get("collect_errors", [])
     if not isinstance(errors, list) or not all(isinstance(e, dict) for e in errors):
         raise MalformedReport("'collect_errors' is not a list of objects")

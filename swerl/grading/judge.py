@@ -38,6 +38,7 @@ class Judgement:
     reason: str = ""
     log_valid: bool = True
     swebench_resolved: bool = False  # swebench's verdict on the same log, before swerl's checks
+    tampered: bool = False  # a canary was flipped: outcomes were forced
     status_map: dict[str, str] = field(default_factory=dict)
 
 
@@ -100,6 +101,10 @@ def judge(task: Task, log: str, report: dict | None, exit_code: int | None, is_p
                         "a harness failure marker, or an exit code that contradicts it)")
     if is_pytest:
         problems += _disagreements(verdict.tests, report, groups)
+        flipped = flipped_canaries(report)
+        if flipped:
+            verdict.tampered = True
+            problems = flipped + problems
     if exit_code not in (None, 0) and not any(s in FAILING for s in status_map.values()):
         problems.append(f"test command exited {exit_code} while the log shows no failure")
     verdict.log_valid = not problems
@@ -148,6 +153,27 @@ def _disagreements(tests: dict[str, TestDetail], report: dict | None, groups: di
             problems.append(f"log says {name} {detail.status} but pytest recorded {_worst(truth)}")
         elif detail.status in FAILING and truth is not None and all_passing(truth):
             problems.append(f"log says {name} {detail.status} but pytest recorded {truth[0]}")
+    return problems
+
+
+def flipped_canaries(report: dict | None) -> list[str]:
+    """Canaries whose known outcome did not happen: a must-fail copy that passed (or was skipped or
+    xfailed), a must-pass copy that did not pass. Canaries pytest never ran say nothing."""
+    canaries = report.get("canaries") if isinstance(report, dict) else None
+    if not isinstance(canaries, dict):
+        return []
+    outcomes = _outcomes(report)
+    problems = []
+    for nodeid in canaries.get("must_fail") or []:
+        status = outcomes.get(str(nodeid))
+        if status is not None and status not in FAILING:
+            problems.append(f"canary {nodeid} (a copy of a FAIL_TO_PASS test that must fail) was recorded {status}: "
+                            "test outcomes were forced")
+    for nodeid in canaries.get("must_pass") or []:
+        status = outcomes.get(str(nodeid))
+        if status is not None and status != "PASSED":
+            problems.append(f"canary {nodeid} (an empty copy of a FAIL_TO_PASS test that must pass) was recorded "
+                            f"{status}: test outcomes were forced")
     return problems
 
 

@@ -10,6 +10,7 @@ swerl's report plugin (random module name) into every pytest session it starts.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import urllib.request
@@ -38,10 +39,21 @@ class TestScript:
     files: dict[str, bytes]  # written into the sandbox before it runs (image assets)
 
 
-def instrumentation(plugin_dir: str, plugin_module: str, report_path: str) -> list[str]:
+def canary_targets(task: Task, suffix: str, limit: int = 10) -> str:
+    """The FAIL_TO_PASS tests' function names the report plugin copies as canaries, as its JSON setting."""
+    names = []
+    for test in task.FAIL_TO_PASS:
+        name = test.split("::")[-1].split("[", 1)[0]
+        if name.isidentifier() and name not in names:
+            names.append(name)
+    return json.dumps({"names": names[:limit], "suffix": suffix})
+
+
+def instrumentation(plugin_dir: str, plugin_module: str, report_path: str, canaries: str | None = None) -> list[str]:
     return [
         "export PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1",
         f"export SWERL_REPORT_PATH={shlex.quote(report_path)}",
+        *([f"export SWERL_CANARY_TARGETS={shlex.quote(canaries)}"] if canaries else []),
         f"export PYTHONPATH={shlex.quote(plugin_dir)}${{PYTHONPATH:+:$PYTHONPATH}}",
         f'export PYTEST_ADDOPTS="-p {plugin_module} ${{PYTEST_ADDOPTS:-}}"',
     ]

@@ -170,3 +170,35 @@ def test_fail_only_counts_a_test_absent_from_the_log_as_passing_unless_pytest_sa
     v = judge(task, only_failures_log + "1 passing\n", {"complete": True, "tests": {**ALL_PASS, "tests/test_a.py::test_fix": "FAILED"}}, 0, True)
     assert (v.swebench_resolved, v.resolved) == (True, False)
     assert "pytest recorded FAILED" in v.reason
+
+
+# --- canaries --------------------------------------------------------------------------
+
+CANARIES = {"must_fail": ["tests/test_a.py::test_fix_k3j9q1"], "must_pass": ["tests/test_a.py::test_fix_1q9j3k"]}
+
+
+def test_canaries_with_their_known_outcomes_leave_the_verdict_alone():
+    report = {**REPORT, "tests": {**ALL_PASS, CANARIES["must_fail"][0]: "FAILED", CANARIES["must_pass"][0]: "PASSED"},
+              "canaries": CANARIES}
+    v = judge(TASK, log_of({**ALL_PASS, CANARIES["must_fail"][0]: "FAILED"}, 1), report, 1, True)
+    assert (v.resolved, v.tampered) == (True, False)
+
+
+def test_a_must_fail_canary_that_passed_or_xfailed_means_outcomes_were_forced():
+    for forced in ("PASSED", "XFAIL", "SKIPPED"):
+        report = {**REPORT, "tests": {**ALL_PASS, CANARIES["must_fail"][0]: forced, CANARIES["must_pass"][0]: "PASSED"},
+                  "canaries": CANARIES}
+        v = judge(TASK, log_of(ALL_PASS), report, 0, True)
+        assert (v.resolved, v.tampered, v.log_valid) == (False, True, False)
+        assert v.reason.startswith(f"canary tests/test_a.py::test_fix_k3j9q1 (a copy of a FAIL_TO_PASS test that must "
+                                   f"fail) was recorded {forced}: test outcomes were forced")
+
+
+def test_a_must_pass_canary_that_failed_means_outcomes_were_forced():
+    report = {**REPORT, "tests": {**ALL_PASS, CANARIES["must_fail"][0]: "FAILED", CANARIES["must_pass"][0]: "FAILED"},
+              "canaries": CANARIES}
+    assert judge(TASK, log_of(ALL_PASS, 1), report, 1, True).tampered is True
+
+
+def test_canaries_pytest_never_ran_say_nothing():
+    assert judge(TASK, log_of(ALL_PASS), {**REPORT, "canaries": CANARIES}, 0, True).tampered is False
