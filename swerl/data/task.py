@@ -155,6 +155,9 @@ class Task(BaseModel):
         "absent from the log passes).")
     image_assets: dict[str, Any] = Field(default_factory=dict, description="SWE-bench 5: binary files a text patch "
                                          "cannot carry, {'test_patch': [{'path', 'url'}], 'patch': [...]}.")
+    gold_statuses: dict[str, str] = Field(default_factory=dict, description="swerl: the status each listed test had "
+                                          "when validation ran the gold patch (XFAIL and SKIPPED count as passing only "
+                                          "where the gold patch had the same status).")
 
     @model_validator(mode="before")
     @classmethod

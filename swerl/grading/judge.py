@@ -90,10 +90,16 @@ def judge(task: Task, log: str, report: dict | None, exit_code: int | None, is_p
     succeeded = set()
     for kind in ("FAIL_TO_PASS", "PASS_TO_PASS"):
         succeeded.update(tests_report.get(kind, {}).get("success", []))
+    not_earned = []
     for kind, names in (("FAIL_TO_PASS", task.FAIL_TO_PASS), ("PASS_TO_PASS", task.PASS_TO_PASS)):
         for name in names:
             seen = lookup(name, {k: [v] for k, v in status_map.items()})
-            verdict.tests[name] = TestDetail(expected=kind, status=seen[0] if seen else "MISSING", passed=name in succeeded)
+            status = seen[0] if seen else "MISSING"
+            passed = name in succeeded
+            if passed and not status_earned(status, kind, task.gold_statuses.get(name)):
+                passed = False
+                not_earned.append(f"{name} ({status})")
+            verdict.tests[name] = TestDetail(expected=kind, status=status, passed=passed)
 
     problems = []
     if not found:
@@ -109,11 +115,14 @@ def judge(task: Task, log: str, report: dict | None, exit_code: int | None, is_p
         problems.append(f"test command exited {exit_code} while the log shows no failure")
     verdict.log_valid = not problems
     failing = [n for n, d in verdict.tests.items() if not d.passed]
-    verdict.resolved = verdict.log_valid and verdict.swebench_resolved
+    verdict.resolved = verdict.log_valid and verdict.swebench_resolved and not not_earned
     if not verdict.log_valid:
         verdict.reason = "; ".join(problems[:5])
     elif failing:
         verdict.reason = f"{len(failing)} test(s) not passing: " + ", ".join(f"{n} ({verdict.tests[n].status})" for n in failing[:5])
+        if not_earned:
+            verdict.reason += ("; an XFAIL, XPASS or skip counts as passing only where the gold patch's validation "
+                               "recorded the same status (a FAIL_TO_PASS test must pass)")
     elif not verdict.swebench_resolved:
         verdict.reason = "swebench's grading does not resolve the run"
     else:
@@ -123,6 +132,17 @@ def judge(task: Task, log: str, report: dict | None, exit_code: int | None, is_p
         if evidence:
             verdict.reason += f"; {evidence}"
     return verdict
+
+
+def status_earned(status: str, expected: str, gold: str | None) -> bool:
+    """Whether a status swebench counts as passing is earned: PASSED always; XFAIL, XPASS and SKIPPED
+    only where the gold patch had the same status (without a validation record, a skipped or xfailed
+    PASS_TO_PASS test is kept as swebench keeps it, and a FAIL_TO_PASS test must really pass)."""
+    if status == "PASSED" or status == "MISSING":  # MISSING passes only under fail_only: the log has failures only
+        return True
+    if gold is not None:
+        return status == gold
+    return expected == "PASS_TO_PASS"
 
 
 def _test_region(log: str) -> str:

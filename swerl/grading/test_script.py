@@ -59,12 +59,29 @@ def instrumentation(plugin_dir: str, plugin_module: str, report_path: str, canar
     ]
 
 
+# The pytest11 entry points of the test environment as it was built, named explicitly: with
+# PYTEST_DISABLE_PLUGIN_AUTOLOAD nothing else registers itself (metadata a patch plants is not a
+# plugin). Run isolated (-I) so no module of the repository can answer for importlib.
+_LIST_PLUGINS = (
+    "import importlib.metadata as m\n"
+    "eps = m.entry_points()\n"
+    "eps = eps.select(group='pytest11') if hasattr(eps, 'select') else eps.get('pytest11', [])\n"
+    "print(' '.join('-p ' + n for n in sorted({e.name for e in eps}) if n and ' ' not in n))"
+)
+PLUGIN_HYGIENE = [
+    'swerl_py="$(command -v python || command -v python3)"',
+    f"swerl_plugins=\"$(\"$swerl_py\" -I -c {shlex.quote(_LIST_PLUGINS)} 2>/dev/null || true)\"",
+    'export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTEST_ADDOPTS="$swerl_plugins -p no:cacheprovider ${PYTEST_ADDOPTS:-}"',
+]
+
+
 def native_script(task: Task, test_files: list[str], workdir: str, exports: list[str]) -> TestScript:
     """``install_config``'s eval commands and test command, between swebench's markers."""
     cfg = task.install_config
     lines = [
         *exports,
         *cfg.eval_commands,
+        *PLUGIN_HYGIENE,
         f"cd {shlex.quote(workdir)}",
         f"echo '{START_TEST_OUTPUT}'",
         f"{cfg.test_cmd} {' '.join(shlex.quote(t) for t in test_files)}",
@@ -82,9 +99,10 @@ def published_script(task: Task, exports: list[str]) -> TestScript:
 
     body = record_test_exit_code(parse_eval_script(task.eval_script or ""))
     files, restore = stage_assets(task)
-    if restore:  # after the script's own `git apply` of the test patch, as swebench stages them
-        at = next((i for i, line in enumerate(body) if START_TEST_OUTPUT in line), len(body))
-        body = [*body[:at], *restore, *body[at:]]
+    # assets after the script's own `git apply` of the test patch, as swebench stages them; the plugin
+    # list once the script has activated its environment
+    at = next((i for i, line in enumerate(body) if START_TEST_OUTPUT in line), len(body))
+    body = [*body[:at], *restore, *PLUGIN_HYGIENE, *body[at:]]
     text = "\n".join(["#!/bin/bash", "set -uxo pipefail", *exports, *body]) + "\n"
     return TestScript(text, "pytest" in _test_region(body), False, files)
 

@@ -93,6 +93,8 @@ class TaskValidation(BaseModel):
     gold_failures: list[str] = Field(default_factory=list, description="Reasons of gold runs that did not resolve.")
     containers: list[str] = Field(default_factory=list, description="Images graded from; each run had its own container.")
     infra_error: bool = Field(False, description="An image build or a sandbox failed: the verdict says nothing about the task.")
+    gold_statuses: dict[str, str] = Field(default_factory=dict, description="Each listed test's status in the first "
+                                          "resolved gold run (Task.gold_statuses: what a skip or xfail is checked against).")
 
 
 class ValidationReport(BaseModel):
@@ -118,6 +120,8 @@ def verdict(task: Task, image: str | None, gold: list[GradeResult], empty: Grade
     v.gold_resolved = [g.resolved for g in gold]
     v.gold_failures = [f"{g.failure_class.value if g.failure_class else '?'}: {g.reason}" for g in gold if not g.resolved]
     v.empty_resolved = empty.resolved if empty else None
+    first = next((g for g in gold if g.resolved), None)
+    v.gold_statuses = {n: d.status for n, d in first.tests.items()} if first else {}
     if empty is not None:
         v.fail_to_pass_failing_without_fix = [n for n, d in empty.tests.items() if d.expected == "FAIL_TO_PASS" and not d.passed]
     listed = set(task.FAIL_TO_PASS) | set(task.PASS_TO_PASS)

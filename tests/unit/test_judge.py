@@ -65,7 +65,7 @@ def test_a_skipped_pass_to_pass_test_is_maintained_as_in_swebench():
     assert (v.resolved, v.swebench_resolved) == (True, True)
 
 
-def test_xfail_counts_as_passing_like_swebench():
+def test_an_xfailed_pass_to_pass_test_is_kept_like_swebench_without_a_validation_record():
     statuses = {**ALL_PASS, "tests/test_a.py::test_old": "XFAIL"}
     assert judge(TASK, log_of(statuses), {"complete": True, "tests": statuses}, 0, True).resolved is True
 
@@ -202,3 +202,33 @@ def test_a_must_pass_canary_that_failed_means_outcomes_were_forced():
 
 def test_canaries_pytest_never_ran_say_nothing():
     assert judge(TASK, log_of(ALL_PASS), {**REPORT, "canaries": CANARIES}, 0, True).tampered is False
+
+
+# --- xfail and skips -------------------------------------------------------------------
+
+
+def test_an_xfailed_fail_to_pass_test_is_not_a_fix_though_swebench_counts_it():
+    statuses = {**ALL_PASS, "tests/test_a.py::test_fix": "XFAIL"}
+    v = judge(TASK, log_of(statuses), {"complete": True, "tests": statuses}, 0, True)
+    assert (v.swebench_resolved, v.resolved, v.tests["tests/test_a.py::test_fix"].passed) == (True, False, False)
+    assert "counts as passing only where the gold patch's validation recorded the same status" in v.reason
+
+
+def test_xfail_and_skips_are_earned_where_the_gold_patch_had_them():
+    statuses = {**ALL_PASS, "tests/test_a.py::test_fix": "XFAIL", "tests/test_b.py::test_other": "SKIPPED"}
+    report = {"complete": True, "tests": statuses}
+    gold = TASK.model_copy(update={"gold_statuses": {"tests/test_a.py::test_fix": "XFAIL", "tests/test_b.py::test_other": "PASSED"}})
+    v = judge(gold, log_of(statuses), report, 0, True)
+    assert v.resolved is False and [n for n, d in v.tests.items() if not d.passed] == ["tests/test_b.py::test_other"]
+    both = gold.model_copy(update={"gold_statuses": {**gold.gold_statuses, "tests/test_b.py::test_other": "SKIPPED"}})
+    assert judge(both, log_of(statuses), report, 0, True).resolved is True
+
+
+def test_the_test_command_runs_with_only_the_environments_own_plugins_named():
+    from swerl.grading.test_script import instrumentation, native_script
+
+    script = native_script(TASK, ["tests/test_a.py"], "/testbed", instrumentation("/tmp/p", "swerl_report_x", "/tmp/r.json"))
+    lines = script.text.splitlines()
+    hygiene = next(i for i, ln in enumerate(lines) if "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1" in ln)
+    assert hygiene < lines.index(">>>>> Start Test Output".join(["echo '", "'"]))
+    assert '-p no:cacheprovider' in lines[hygiene] and "-I -c" in lines[hygiene - 1]
