@@ -228,7 +228,7 @@ def test_the_test_command_runs_with_only_the_environments_own_plugins_named():
     from swerl.grading.test_script import instrumentation, native_script
 
     script = native_script(TASK, ["tests/test_a.py"], "/testbed", instrumentation("/tmp/p", "swerl_report_x", "/tmp/r.json"))
-    lines = script.text.splitlines()
-    hygiene = next(i for i, ln in enumerate(lines) if "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1" in ln)
-    assert hygiene < lines.index(">>>>> Start Test Output".join(["echo '", "'"]))
-    assert '-p no:cacheprovider' in lines[hygiene] and "-I -c" in lines[hygiene - 1]
+    text = script.text
+    listed, hygiene = text.index('"$swerl_py" -I -c'), text.index("export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1")
+    assert listed < hygiene < text.index("echo '>>>>> Start Test Output'")
+    assert 'PYTEST_ADDOPTS="$swerl_plugins -p no:cacheprovider ${PYTEST_ADDOPTS:-}"' in text
