@@ -196,13 +196,19 @@ def grade(
     jobs = [(by_id[p.instance_id], p.model_patch, outcomes[p.instance_id].image if outcomes[p.instance_id].ok else None,
              p.model_name_or_path) for p in preds]
     build_errors = {i: o.error for i, o in outcomes.items() if o.error}
-    with bar("grading", len(jobs)) as advance:
-        results = grade_many(jobs, config, concurrency=concurrency, progress=lambda r: advance(r.instance_id),
-                             build_errors=build_errors)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w") as f:
-        for r in results:
-            f.write(r.model_dump_json() + "\n")
+    # each result is on disk as soon as it is graded (a crash loses only those in flight); the
+    # finished file is then rewritten in the predictions' order
+    with out.open("w") as live, bar("grading", len(jobs)) as advance:
+        def written(_: int, r) -> None:
+            live.write(r.model_dump_json() + "\n")
+            live.flush()
+
+        results = grade_many(jobs, config, concurrency=concurrency, progress=lambda r: advance(r.instance_id),
+                             on_result=written, build_errors=build_errors)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text("".join(r.model_dump_json() + "\n" for r in results))
+    tmp.replace(out)
     resolved = sum(r.resolved for r in results)
     counts: dict[str, int] = {}
     for r in results:

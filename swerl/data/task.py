@@ -228,10 +228,10 @@ class Task(BaseModel):
             )
         return _json_object(v, "install_config")
 
-    @field_validator("image_assets", mode="before")
+    @field_validator("image_assets", "gold_statuses", mode="before")
     @classmethod
-    def _assets(cls, v: Any) -> Any:
-        return _json_object(v, "image_assets")  # the Hugging Face datasets ship it as a JSON string
+    def _json_objects(cls, v: Any, info: ValidationInfo) -> Any:
+        return _json_object(v, str(info.field_name))  # Hugging Face datasets and Parquet exports carry JSON strings
 
     @field_validator("eval_type", mode="before")
     @classmethod
