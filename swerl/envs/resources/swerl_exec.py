@@ -50,6 +50,20 @@ def _stat(pid):
         return None
 
 
+def _kill_until_none(victims_now):
+    """SIGKILL whatever ``victims_now()`` lists, again and again until it lists nothing."""
+    for _ in range(50):
+        victims = victims_now()
+        if not victims:
+            return
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.02)
+
+
 def sweep():
     """SIGKILL every process but the container's init, its first child (the container's own command,
     the oldest: whatever a command detaches is reparented to init later) and this runner, until none is left.
@@ -57,43 +71,27 @@ def sweep():
     Nothing a command started, however it detached (setsid, a cleared environment, a new name),
     outlives it."""
     me = os.getpid()
-    for _ in range(50):
+
+    def victims():
         procs = {int(n): _stat(int(n)) for n in os.listdir("/proc") if n.isdigit()}
         procs = {pid: st for pid, st in procs.items() if st is not None}
         children_of_init = [(st[1], pid) for pid, st in procs.items() if st[0] == 1]
         keep = {1, me, min(children_of_init)[1] if children_of_init else -1}
-        victims = [pid for pid in procs if pid not in keep]
-        if not victims:
-            return
-        for pid in victims:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.02)
+        return [pid for pid in procs if pid not in keep]
+
+    _kill_until_none(victims)
 
 
 def kill_tagged(tag, session):
     """SIGKILL every process in ``session`` or carrying ``tag``; repeat until none is left."""
     me = os.getpid()
-    for _ in range(50):
-        victims = []
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            pid = int(name)
-            if pid in (me, 1):
-                continue
-            if (session is not None and _session_of(pid) == session) or _environ_has_tag(pid, tag):
-                victims.append(pid)
-        if not victims:
-            return
-        for pid in victims:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.02)
+
+    def victims():
+        pids = [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) not in (me, 1)]
+        return [pid for pid in pids
+                if (session is not None and _session_of(pid) == session) or _environ_has_tag(pid, tag)]
+
+    _kill_until_none(victims)
 
 
 class Capture:
