@@ -1,6 +1,7 @@
-"""Environment benchmarks: sandbox exec overhead, container start latency, grading throughput.
+"""Environment benchmarks: sandbox exec overhead, container start latency, grading throughput, and
+grading time per task (every defence layer on) against the test command alone.
 
-    .venv/bin/python bench/bench_envs.py [--execs 50] [--starts 8] [--concurrency 1 2 4]
+    .venv/bin/python bench/bench_envs.py [--execs 50] [--starts 8] [--concurrency 1 2 4] [--grading-reps 2]
 
 Builds the demo images first (cached), then prints figures; ratios are against raw
 Docker measured in the same run.
@@ -41,6 +42,8 @@ def main() -> None:
     ap.add_argument("--execs", type=int, default=50)
     ap.add_argument("--starts", type=int, default=8)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--grading-reps", type=int, default=2, help="Repetitions of the per-task grading vs test-command "
+                    "comparison (bench_grading.py measures more tasks).")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="swerl-bench-"))
@@ -94,6 +97,32 @@ def main() -> None:
         ok = sum(r.resolved for r in results)
         print(f"concurrency {c}: {len(jobs)} tasks in {wall:6.1f} s = {per_min:5.1f} tasks/min "
               f"({per_min / base:.2f}x of concurrency {args.concurrency[0]}), resolved {ok}/{len(jobs)}")
+
+    grading_vs_test_command(tasks, images, args.grading_reps)
+
+
+def grading_vs_test_command(tasks, images: dict[str, str], reps: int) -> None:
+    """Per task, side by side: a grading with every layer (guard, hygiene, canaries, report) against the
+    test command's own time inside the same image (bench_grading.py's two measurements)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_grading import GOAL, grading_time, test_command_alone
+
+    config = GradingConfig()
+    print(f"\n## grading time per task against the test command alone (medians of {reps}, goal <= {GOAL}x)")
+    ratios = []
+    for task in tasks:
+        image = images[task.instance_id]
+        test_command_alone(task, image, config)  # warm-up
+        graded, alone = [], []
+        for _ in range(reps):
+            graded.append(grading_time(task, image, config, []))
+            alone.append(test_command_alone(task, image, config)[0])
+        g, t = statistics.median(graded), statistics.median(alone)
+        ratios.append(g / t)
+        print(f"{task.instance_id:<28} grading {g:5.2f} s  test command {t:5.2f} s  ratio {g / t:5.2f}x")
+    print(f"median ratio {statistics.median(ratios):.2f}x; {sum(r <= GOAL for r in ratios)}/{len(ratios)} within {GOAL}x")
 
 
 if __name__ == "__main__":
