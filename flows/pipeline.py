@@ -73,13 +73,18 @@ def plot_curve(tracking, run_id: str, rows: list[dict[str, Any]], out: Path, tit
 
 
 @task(name="keep-valid-tasks", cache_policy=NO_CACHE)
-def keep_valid_tasks(tasks: Path, invalid: list[str], out: Path) -> str:
-    """The task file without the tasks validation rejected (one broken task does not stop the run)."""
-    lines = [line for line in Path(tasks).read_text(encoding="utf-8").splitlines()
-             if line.strip() and json.loads(line).get("instance_id") not in set(invalid)]
-    if not lines:
-        raise ValueError(f"every task in {tasks} failed validation; see the validation report next to {out}")
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+def keep_valid_tasks(tasks: Path, report: Path, out: Path) -> str:
+    """The task file without the tasks validation rejected (one broken task does not stop the run), each
+    kept task carrying the statuses its gold patch had (``gold_statuses``: what grading holds an XFAIL or
+    a skip against). Any task file format in, JSONL out."""
+    from swerl.data.loaders import load_tasks, save_tasks
+
+    verdicts = {v["instance_id"]: v for v in json.loads(Path(report).read_text(encoding="utf-8"))["tasks"]}
+    kept = [t.model_copy(update={"gold_statuses": verdicts[t.instance_id].get("gold_statuses") or t.gold_statuses})
+            for t in load_tasks(tasks).tasks if verdicts.get(t.instance_id, {}).get("valid")]
+    if not kept:
+        raise ValueError(f"every task in {tasks} failed validation; see the validation report {report}")
+    save_tasks(kept, out)
     return str(out)
 
 
@@ -183,8 +188,7 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
                                              run_dir / f"validation{suffix}.json", params.agent.concurrency)
                 tr.log_metrics(params.tracking, parent_id, {f"tasks{suffix}/valid": float(report["valid"]),
                                                             f"tasks{suffix}/total": float(report["total"])})
-                kept = (keep_valid_tasks(path, report["invalid"], run_dir / f"tasks{suffix}.valid.jsonl")
-                        if report["invalid"] else str(path))
+                kept = keep_valid_tasks(path, run_dir / f"validation{suffix}.json", run_dir / f"tasks{suffix}.valid.jsonl")
                 out[key] = {**report, "tasks": kept}
             return out
 
