@@ -36,8 +36,11 @@ from swerl.data.task import Task
 from swerl.envs import labels
 from swerl.envs.base_image import BaseImageConfig, BaseImageError, base_tag, ensure_base_image
 from swerl.envs.docker_build import ImageBuildError, build_image
-from swerl.envs.images import ImageConfig, _ca_blob, _exists
+from swerl.envs.images import (
+    CA_BUNDLE_LINES, UPGRADE_INSTALLERS, ImageConfig, _ca_blob, _digest, _exists, build_log_path, tag_name,
+)
 from swerl.envs.repos import RepoNotFoundError, export_testbed, repo_source
+from swerl.grading.judge import END_TEST_OUTPUT, START_TEST_OUTPUT
 
 SWEBENCH_REPO = "swerl-swebench"
 SWEBENCH_ENV_REPO = "swerl-swebench-env"
@@ -49,8 +52,6 @@ RECIPE_VERSION = "1"  # bump when the recipe below changes, so old tags are not 
 
 # swebench's constants, spelled as its generator spelled them (swebench 4, harness/test_spec/python.py)
 HEREDOC_DELIMITER = "EOF_114329324912"
-START_TEST_OUTPUT = ">>>>> Start Test Output"
-END_TEST_OUTPUT = ">>>>> End Test Output"
 TEST_CMD = "pytest -rA"
 EVAL_TYPES = ("pass_and_fail", "fail_only")
 EvalType = Literal["pass_and_fail", "fail_only"]
@@ -190,29 +191,12 @@ case "${1:-}" in
 esac
 """
 
-_PIP_ENV = (
-    "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt "
-    "REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 "
-    "PIP_ROOT_USER_ACTION=ignore PYTHONDONTWRITEBYTECODE=1"
-)
 _IN_ENV = f". {CONDA_ROOT}/bin/activate && conda activate {ENV_NAME} &&"
 # a command that forgets to activate must fail, as in SWE-bench's images
 _SYSTEM_HAS_NO_PYTEST = (
     "RUN if python3 -c 'import pytest' 2>/dev/null; then "
     "echo 'the system python3 must not have pytest: it belongs to the testbed environment only' >&2; exit 1; fi"
 )
-
-
-def _digest(*parts: object) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _tag_name(instance_id: str) -> str:
-    return re.sub(r"[^a-z0-9_.-]", "-", instance_id.lower())[:100]
-
-
-def _log_path(log_dir: Path, tag: str) -> Path:
-    return Path(log_dir) / (re.sub(r"[^A-Za-z0-9_.-]", "_", tag) + ".log")
 
 
 # ---------------------------------------------------------------------------- images
@@ -222,9 +206,7 @@ def env_dockerfile(base: str) -> str:
     """The shared layer: CA bundle, the /opt/miniconda3 tree, and the testbed environment with pytest."""
     return "\n".join([
         f"FROM {base}",
-        "COPY extra-ca.pem /usr/local/share/swerl/extra-ca.pem",
-        "RUN cat /usr/local/share/swerl/extra-ca.pem >> /etc/ssl/certs/ca-certificates.crt",
-        _PIP_ENV,
+        *CA_BUNDLE_LINES,
         # SWE-bench's base images install python-is-python3: `python` is the system one until activation
         "RUN ln -sf /usr/bin/python3 /usr/local/bin/python",
         f"COPY conda-activate {CONDA_ROOT}/bin/activate",
@@ -236,7 +218,7 @@ def env_dockerfile(base: str) -> str:
         f"&& mkdir -p {CONDA_ROOT}/envs",
         f"RUN python3 -m venv {ENV_PREFIX}",
         # a distribution's venv carries its own old pip: bring the installers up to date, in the environment only
-        f"RUN {_IN_ENV} python -m pip install --upgrade pip setuptools wheel && python -m pip install pytest",
+        f"RUN {_IN_ENV} {UPGRADE_INSTALLERS} && python -m pip install pytest",
         f"RUN {_IN_ENV} test \"$(python -c 'import sys; print(sys.prefix)')\" = {ENV_PREFIX} && python -c 'import pytest'",
         _SYSTEM_HAS_NO_PYTEST,
         'CMD ["bash"]',
@@ -280,7 +262,7 @@ def swebench_env_tag(python: str, ca: bytes, base: BaseImageConfig | None = None
 
 def swebench_instance_tag(task: Task, env_tag: str) -> str:
     digest = _digest(RECIPE_VERSION, instance_dockerfile(task, env_tag), task.repo, task.base_commit)
-    return f"{SWEBENCH_REPO}:{_tag_name(task.instance_id)}-{digest[:12]}"
+    return f"{SWEBENCH_REPO}:{tag_name(task.instance_id)}-{digest[:12]}"
 
 
 def ensure_swebench_env_image(python: str, *, log_dir: Path, ca_certs: Sequence[Path] | None = None,
@@ -291,9 +273,9 @@ def ensure_swebench_env_image(python: str, *, log_dir: Path, ca_certs: Sequence[
     tag = swebench_env_tag(python, ca, base)
     if _exists(tag) and not force:
         return tag
-    base_image = ensure_base_image(python, base, _log_path(log_dir, base_tag(python, base)))
+    base_image = ensure_base_image(python, base, build_log_path(log_dir, base_tag(python, base)))
     build_image(
-        env_dockerfile(base_image), tag, _log_path(log_dir, tag), files=_env_files(ca),
+        env_dockerfile(base_image), tag, build_log_path(log_dir, tag), files=_env_files(ca),
         labels={labels.MANAGED: "1", labels.KIND: "env", labels.CONTENT_HASH: tag.rsplit("-", 1)[-1]},
     )
     return tag
@@ -306,7 +288,7 @@ def _ensure_instance(task: Task, repos_dir: Path, env_tag: str, log_dir: Path, f
     with tempfile.TemporaryDirectory(prefix="swerl-ctx-") as ctx:
         export_testbed(repo_source(Path(repos_dir)).locate(task.repo), task.base_commit, Path(ctx) / "testbed")
         build_image(
-            instance_dockerfile(task, env_tag), tag, _log_path(log_dir, tag), context=Path(ctx),
+            instance_dockerfile(task, env_tag), tag, build_log_path(log_dir, tag), context=Path(ctx),
             labels={labels.MANAGED: "1", labels.KIND: "instance", labels.INSTANCE_ID: task.instance_id,
                     labels.CONTENT_HASH: tag.rsplit("-", 1)[-1]},
         )

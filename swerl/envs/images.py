@@ -33,6 +33,14 @@ INSTANCE_REPO = "swerl-instance"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 VENV = "/opt/venv"
 UPGRADE_INSTALLERS = "python -m pip install --upgrade pip setuptools wheel"
+# every environment layer: the build context's extra-ca.pem appended to the bundle pip and requests use
+CA_BUNDLE_LINES = (
+    "COPY extra-ca.pem /usr/local/share/swerl/extra-ca.pem",
+    "RUN cat /usr/local/share/swerl/extra-ca.pem >> /etc/ssl/certs/ca-certificates.crt",
+    "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt "
+    "REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 "
+    "PIP_ROOT_USER_ACTION=ignore PYTHONDONTWRITEBYTECODE=1",
+)
 
 
 class ImageConfig(BaseModel):
@@ -94,11 +102,7 @@ def env_spec(task: Task, ca: bytes) -> EnvSpec:
 def env_dockerfile(spec: EnvSpec, base: str) -> str:
     lines = [
         f"FROM {base}",
-        "COPY extra-ca.pem /usr/local/share/swerl/extra-ca.pem",
-        "RUN cat /usr/local/share/swerl/extra-ca.pem >> /etc/ssl/certs/ca-certificates.crt",
-        "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt "
-        "REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 "
-        "PIP_ROOT_USER_ACTION=ignore PYTHONDONTWRITEBYTECODE=1",
+        *CA_BUNDLE_LINES,
         f"RUN python3 -m venv {VENV}",
         f"ENV VIRTUAL_ENV={VENV} PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         # a distribution's venv carries its own old pip (bullseye: 20.3), which cannot install a
@@ -114,8 +118,17 @@ def env_dockerfile(spec: EnvSpec, base: str) -> str:
 def instance_tag(task: Task, env_tag: str) -> str:
     cfg = task.install_config
     digest = _digest(env_tag, task.repo, task.base_commit, cfg.install, cfg.reqs_path, cfg.packages)
-    name = re.sub(r"[^a-z0-9_.-]", "-", task.instance_id.lower())[:100]
-    return f"{INSTANCE_REPO}:{name}-{digest[:12]}"
+    return f"{INSTANCE_REPO}:{tag_name(task.instance_id)}-{digest[:12]}"
+
+
+def tag_name(instance_id: str) -> str:
+    """An instance id as the name part of an image tag (lower case, no characters docker refuses)."""
+    return re.sub(r"[^a-z0-9_.-]", "-", instance_id.lower())[:100]
+
+
+def build_log_path(log_dir: Path, tag: str) -> Path:
+    """Where the build log of image ``tag`` is kept."""
+    return Path(log_dir) / (re.sub(r"[^A-Za-z0-9_.-]", "_", tag) + ".log")
 
 
 def instance_dockerfile(task: Task, env_tag: str) -> str:
@@ -209,7 +222,7 @@ class ImageBuilder:
         return [outcomes[t.instance_id] for t in tasks]
 
     def _log_path(self, tag: str) -> Path:
-        return self.config.log_dir / (re.sub(r"[^A-Za-z0-9_.-]", "_", tag) + ".log")
+        return build_log_path(self.config.log_dir, tag)
 
     def _prebuilt(self, task: Task) -> BuildOutcome:
         image = task.prebuilt_image or ""

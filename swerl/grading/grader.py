@@ -49,8 +49,8 @@ GUARD = f"{WORK}/swerl_path_rules.py"
 GUARD_LINE = "@@swerl-guard "
 SETUP_FAILED = 97
 INLINE_REPORT_MAX = 1_000_000  # bytes of report printed with the test output (well inside the kept tail)
-SETUP_ALLOWANCE_S = 120.0
-REPORT_STATUSES = frozenset({"PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL"})  # what the report plugin writes  # applying patches and restoring files, on top of the tests' own time limit
+SETUP_ALLOWANCE_S = 120.0  # applying patches and restoring files, on top of the tests' own time limit
+REPORT_STATUSES = frozenset({"PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL"})  # what the report plugin writes
 
 
 class GradingConfig(BaseModel):
@@ -280,7 +280,7 @@ def _grade_in(sandbox: DockerSandbox, task: Task, plan: _Plan, config: GradingCo
     if script.exit_code_is_tests:
         exit_code = run.exit_code
     else:  # the published script ends with a `git checkout`: pytest's own status is the tests'
-        exit_code = report.get("exitstatus") if report and isinstance(report.get("exitstatus"), int) else None
+        exit_code = report["exitstatus"] if report else None  # an int: _checked_report made sure
     verdict = judge(task, run.output, report, exit_code, script.runs_pytest, truncated=run.truncated, parser=plan.parser)
     result.tests, result.log_valid, result.swebench_resolved = verdict.tests, verdict.log_valid, verdict.swebench_resolved
     result.resolved = bool(verdict.resolved and not plan.no_patch and result.tests)
@@ -307,11 +307,10 @@ class MalformedReport(ValueError):
 def _report_from(b64: str) -> dict:
     """The report as the grading command printed it (base64 of the file)."""
     try:
-        return _checked_report(json.loads(base64.b64decode(b64.strip(), validate=True).decode("utf-8")))
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        if isinstance(e, MalformedReport):
-            raise
-        raise MalformedReport(f"not UTF-8 JSON ({type(e).__name__})") from None
+        raw = base64.b64decode(b64.strip(), validate=True)
+    except ValueError:
+        raise MalformedReport("not base64") from None
+    return _parsed_report(raw)
 
 
 def _read_report(sandbox: DockerSandbox, path: str) -> dict | None:
@@ -322,12 +321,15 @@ def _read_report(sandbox: DockerSandbox, path: str) -> dict | None:
         return None
     except SandboxError as e:
         raise MalformedReport(str(e)) from None
+    return _parsed_report(raw)
+
+
+def _parsed_report(raw: bytes) -> dict:
     try:
-        return _checked_report(json.loads(raw.decode("utf-8")))
+        report = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        if isinstance(e, MalformedReport):
-            raise
         raise MalformedReport(f"not UTF-8 JSON ({type(e).__name__})") from None
+    return _checked_report(report)
 
 
 def _checked_report(report: object) -> dict:
@@ -412,13 +414,6 @@ def _blame(task: Task, image: str, config: GradingConfig, slots: threading.Bound
                        f"tests run cleanly without the patch: {failed.reason[:400]}")
 
 
-    result.model_name_or_path, result.attempts = model_name, attempts
-    result.duration_s = round(time.monotonic() - start, 3)
-    result.log_dir = str(logs.root) if logs.root else None
-    logs.write("result.json", result.model_dump_json(indent=1))
-    return result
-
-
 def grade_many(jobs: Sequence[tuple[Task, str | None, str | None, str]], config: GradingConfig, *, concurrency: int = 2,
                progress: Callable[[GradeResult], None] | None = None,
                on_result: Callable[[int, GradeResult], None] | None = None,
@@ -447,13 +442,11 @@ def grade_many(jobs: Sequence[tuple[Task, str | None, str | None, str]], config:
 
     def graded(task: Task, patch: str | None, image: str | None, model: str, index: int) -> GradeResult:
         if image is None:
-            res = GradeResult(instance_id=task.instance_id, model_name_or_path=model, resolved=False,
-                              failure_class=FailureClass.INFRA_ERROR,
-                              reason=f"image build failed: {(build_errors or {}).get(task.instance_id) or 'no image for this task'}")
-        else:
-            res = grade_prediction(task, patch, image, config, model_name=model, slots=slots,
-                                   log_subdir=f"{_safe(model or 'prediction')}-{index}")
-        return res
+            return GradeResult(instance_id=task.instance_id, model_name_or_path=model, resolved=False,
+                               failure_class=FailureClass.INFRA_ERROR,
+                               reason=f"image build failed: {(build_errors or {}).get(task.instance_id) or 'no image for this task'}")
+        return grade_prediction(task, patch, image, config, model_name=model, slots=slots,
+                                log_subdir=f"{_safe(model or 'prediction')}-{index}")
 
     with ThreadPoolExecutor(concurrency) as pool:
         return list(pool.map(one, jobs, range(len(jobs))))

@@ -90,15 +90,15 @@ def judge(task: Task, log: str, report: dict | None, exit_code: int | None, is_p
     succeeded = set()
     for kind in ("FAIL_TO_PASS", "PASS_TO_PASS"):
         succeeded.update(tests_report.get(kind, {}).get("success", []))
-    not_earned = []
+    unearned = False
+    by_form = {k: [v] for k, v in status_map.items()}  # once, not per listed test: there can be thousands
     for kind, names in (("FAIL_TO_PASS", task.FAIL_TO_PASS), ("PASS_TO_PASS", task.PASS_TO_PASS)):
         for name in names:
-            seen = lookup(name, {k: [v] for k, v in status_map.items()})
+            seen = lookup(name, by_form)
             status = seen[0] if seen else "MISSING"
             passed = name in succeeded
             if passed and not status_earned(status, kind, task.gold_statuses.get(name)):
-                passed = False
-                not_earned.append(f"{name} ({status})")
+                passed, unearned = False, True
             verdict.tests[name] = TestDetail(expected=kind, status=status, passed=passed)
 
     problems = []
@@ -115,12 +115,12 @@ def judge(task: Task, log: str, report: dict | None, exit_code: int | None, is_p
         problems.append(f"test command exited {exit_code} while the log shows no failure")
     verdict.log_valid = not problems
     failing = [n for n, d in verdict.tests.items() if not d.passed]
-    verdict.resolved = verdict.log_valid and verdict.swebench_resolved and not not_earned
+    verdict.resolved = verdict.log_valid and verdict.swebench_resolved and not unearned
     if not verdict.log_valid:
         verdict.reason = "; ".join(problems[:5])
     elif failing:
         verdict.reason = f"{len(failing)} test(s) not passing: " + ", ".join(f"{n} ({verdict.tests[n].status})" for n in failing[:5])
-        if not_earned:
+        if unearned:
             verdict.reason += ("; an XFAIL, XPASS or skip counts as passing only where the gold patch's validation "
                                "recorded the same status (a FAIL_TO_PASS test must pass)")
     elif not verdict.swebench_resolved:
