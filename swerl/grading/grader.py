@@ -36,21 +36,24 @@ from swerl.data.task import Task
 from swerl.envs.docker_sandbox import DockerSandbox, DockerSandboxConfig, concurrency_slots
 from swerl.envs.sandbox import RunnerFailed, SandboxError
 from swerl.grading.diffs import DiffParseError, join_diff, split_diff
+from swerl.grading.evidence import MalformedReport, report_from_events
 from swerl.grading.judge import judge
 from swerl.grading.log_parsers import LogParser, UnknownLogParserError, get_log_parser
 from swerl.grading.protected import ProtectedPathsConfig, filter_sections
 from swerl.grading.results import FailureClass, GradeResult
 from swerl.grading.tamper_flags import tamper_flags
-from swerl.grading.test_script import AssetError, TestScript, canary_targets, instrumentation, native_script, published_script
+from swerl.grading.test_script import (AssetError, Isolation, TestScript, canary_targets, instrumentation, native_script,
+                                      published_script)
+from swerl.grading.test_user import AUDIT_LINE
 
 WORK = "/tmp/swerl-grade"
 STAGE = "@@swerl-stage "
 GUARD = f"{WORK}/swerl_path_rules.py"
 GUARD_LINE = "@@swerl-guard "
+TEST_USER = f"{WORK}/swerl_test_user.py"
 SETUP_FAILED = 97
 INLINE_REPORT_MAX = 1_000_000  # bytes of report printed with the test output (well inside the kept tail)
 SETUP_ALLOWANCE_S = 120.0  # applying patches and restoring files, on top of the tests' own time limit
-REPORT_STATUSES = frozenset({"PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL"})  # what the report plugin writes
 
 
 class GradingConfig(BaseModel):
@@ -67,6 +70,10 @@ class GradingConfig(BaseModel):
     run_tests_without_patch: bool = Field(False, description="Run the tests even for an empty patch (task validation).")
     canaries: bool = Field(True, description="Add copies of the FAIL_TO_PASS tests with known outcomes (one must fail, one "
                            "must pass); a run where either is flipped is graded 'tampered'.")
+    test_user: bool = Field(True, description="Run the test command as an unprivileged user who cannot change the "
+                            "repository's files, signal swerl's processes or reach pytest's evidence (off only to "
+                            "test the other layers alone).")
+    test_uid: int = Field(54321, ge=1000, le=2**31 - 2, description="The unprivileged user's id in the sandbox.")
 
 
 def changed_by_test_patch(task: Task) -> set[str]:
@@ -107,6 +114,24 @@ def _plugin_source() -> bytes:
     return resources.files("swerl.grading").joinpath("resources/swerl_pytest_report.py").read_bytes()
 
 
+def _test_user_source() -> bytes:
+    return resources.files("swerl.grading").joinpath("test_user.py").read_bytes()
+
+
+def _audit_verdict(text: str) -> dict[str, str]:
+    """What the tests planted, from the audit's line (printed by root once no process of the tests is left)."""
+    for line in reversed(text.splitlines()):
+        if line.startswith(AUDIT_LINE):
+            try:
+                planted = json.loads(line[len(AUDIT_LINE):])
+            except ValueError:
+                break
+            if isinstance(planted, dict):
+                return {str(k): str(v) for k, v in planted.items()}
+            break
+    raise MalformedReport("the audit of what the tests created did not answer")
+
+
 def _safe(name: str) -> str:
     return re.sub(r"[^\w.-]", "_", name)[:120]
 
@@ -130,7 +155,8 @@ class _Plan:
     command: str
     tests_line: str
     report_line: str
-    report_path: str
+    events_path: str
+    audited: bool
     script: TestScript
     parser: LogParser
     no_patch: bool
@@ -190,14 +216,21 @@ def _plan(task: Task, patch: str, config: GradingConfig, result: GradeResult, lo
         check = "--check" if task.eval_script else ""
         setup.append(f"echo '{STAGE}test_patch'; git apply --verbose {check} {WORK}/test.patch || exit 1")
 
-    plugin_dir, report_path = f"{WORK}/plug-{nonce}", f"{WORK}/report-{nonce}.json"
+    # the tests' user may create files in the repository but change none of root's; pytest's events
+    # reach a folder only root can open
+    isolation = Isolation(TEST_USER, f"{WORK}/evidence-{nonce}", f"/tmp/swerl-home-{nonce}",
+                          config.test_uid if config.test_user else None)
+    files[TEST_USER] = (_test_user_source(), 0o644)
+    lockdown = {"root": config.sandbox.workdir, "uid": isolation.uid, "home": isolation.home, "evidence": isolation.evidence}
+    setup.append(f"echo '{STAGE}lockdown'; \"$SWERL_PYTHON\" -I -S {TEST_USER} lockdown {shlex.quote(json.dumps(lockdown))}")
+    plugin_dir = f"{WORK}/plug-{nonce}"
     # canary copies carry a random suffix: a payload cannot tell them from the real tests by name
-    exports = instrumentation(plugin_dir, f"swerl_report_{nonce}", report_path,
+    exports = instrumentation(plugin_dir, f"swerl_report_{nonce}",
                               canary_targets(task, uuid.uuid4().hex[:6]) if config.canaries else None)
     workdir = config.sandbox.workdir
     try:
-        script = (published_script(task, exports) if task.eval_script
-                  else native_script(task, select_test_files(task), workdir, exports))
+        script = (published_script(task, exports, isolation) if task.eval_script
+                  else native_script(task, select_test_files(task), workdir, exports, isolation))
     except AssetError as e:
         result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
         return None
@@ -206,18 +239,22 @@ def _plan(task: Task, patch: str, config: GradingConfig, result: GradeResult, lo
                   **{p: (d, 0o644) for p, d in script.files.items()}})
     logs.write("eval.sh", script.text)
     wd = shlex.quote(workdir)
+    events = f"{isolation.evidence}/events"
+    audit = ([f"\"$SWERL_PYTHON\" -I -S {TEST_USER} audit {wd} {isolation.uid}"] if isolation.uid is not None else [])
     # set-up, tests and the report in one exec. The tests line (with this run's nonce) is printed only
     # once the set-up succeeded, before any code under test runs, so what precedes it is swerl's own output
     command = "\n".join([
         *(f"( cd {wd} && {step} ) || exit {SETUP_FAILED}" for step in setup),
         f"echo '{tests_line}'",
         f"( cd {wd} && bash {script_path} ); swerl_rc=$?",
-        # the report comes back in the same answer unless it is large (then it is read as a file)
-        f"echo; echo '{report_line}'; [ \"$(stat -c %s {report_path} 2>/dev/null || echo 0)\" -lt {INLINE_REPORT_MAX} ] "
-        f"&& base64 -w0 {report_path}; echo",
+        # by now no process of the tests' is left (the script killed them); the evidence comes back in
+        # the same answer unless it is large (then it is read as a file)
+        f"echo; echo '{report_line}'; [ \"$(stat -c %s {events} 2>/dev/null || echo 0)\" -lt {INLINE_REPORT_MAX} ] "
+        f"&& base64 -w0 {events}; echo",
+        *audit,
         "exit $swerl_rc",
     ])
-    return _Plan(files, command, tests_line, report_line, report_path, script, parser, no_patch)
+    return _Plan(files, command, tests_line, report_line, events, isolation.uid is not None, script, parser, no_patch)
 
 
 def _grade_in(sandbox: DockerSandbox, task: Task, plan: _Plan, config: GradingConfig, logs: _Logs,
@@ -254,9 +291,10 @@ def _grade_in(sandbox: DockerSandbox, task: Task, plan: _Plan, config: GradingCo
             result.dropped_files[path] = f"changed in the container although protected ({reason}); put back"
         if guarded["restored"] or guarded["removed"]:
             result.tamper_flags = sorted(set(result.tamper_flags) | {"protected_paths"})
-    before, found, report_b64 = tests_output.rpartition("\n" + plan.report_line + "\n")
+    before, found, evidence = tests_output.rpartition("\n" + plan.report_line + "\n")
+    report_b64 = ""
     if found:
-        tests_output = before
+        tests_output, report_b64 = before, evidence.split("\n", 1)[0]
     run = run.model_copy(update={"output": tests_output})
     logs.write("test_output.txt", run.output)
     result.test_exit_code = run.exit_code
@@ -265,13 +303,23 @@ def _grade_in(sandbox: DockerSandbox, task: Task, plan: _Plan, config: GradingCo
         result.reason = f"tests did not finish within {config.test_timeout_s:.0f}s; every process they started was killed"
         return result
     script = plan.script
+    if plan.audited:
+        try:
+            planted = _audit_verdict(evidence if found else "")
+        except MalformedReport as e:
+            raise SandboxError(str(e)) from None  # root's own step: the tests cannot stop it
+        if planted:
+            result.failure_class, result.log_valid = FailureClass.TAMPERED, False
+            result.reason = ("the tests created files that change how tests are collected or how Python starts: "
+                             + "; ".join(f"{p} ({r})" for p, r in list(planted.items())[:5]))
+            return result
     report = None
     if script.runs_pytest:
         try:
-            report = _report_from(report_b64) if report_b64.strip() else _read_report(sandbox, plan.report_path)
+            report = _report_from(report_b64) if report_b64.strip() else _read_report(sandbox, plan.events_path)
         except MalformedReport as e:
             result.failure_class, result.log_valid = FailureClass.TAMPERED, False
-            result.reason = f"pytest's report was overwritten with something the plugin never writes: {e}"
+            result.reason = f"pytest's evidence holds something the plugin never sends: {e}"
             return result
     logs.write("report.json", json.dumps(report, indent=1))
     if report and report.get("collect_errors"):
@@ -280,7 +328,7 @@ def _grade_in(sandbox: DockerSandbox, task: Task, plan: _Plan, config: GradingCo
     if script.exit_code_is_tests:
         exit_code = run.exit_code
     else:  # the published script ends with a `git checkout`: pytest's own status is the tests'
-        exit_code = report["exitstatus"] if report else None  # an int: _checked_report made sure
+        exit_code = report["exitstatus"] if report else None  # an int: report_from_events made sure
     verdict = judge(task, run.output, report, exit_code, script.runs_pytest, truncated=run.truncated, parser=plan.parser)
     result.tests, result.log_valid, result.swebench_resolved = verdict.tests, verdict.log_valid, verdict.swebench_resolved
     result.resolved = bool(verdict.resolved and not plan.no_patch and result.tests)
@@ -300,55 +348,24 @@ def _collection_tracebacks(errors: list) -> str:
     return "\n".join(parts) + "\n"
 
 
-class MalformedReport(ValueError):
-    """The report exists but is not what the plugin writes: evidence of tampering."""
-
-
-def _report_from(b64: str) -> dict:
-    """The report as the grading command printed it (base64 of the file)."""
+def _report_from(b64: str) -> dict | None:
+    """pytest's report from the events the grading command printed (base64 of the evidence file)."""
     try:
         raw = base64.b64decode(b64.strip(), validate=True)
     except ValueError:
         raise MalformedReport("not base64") from None
-    return _parsed_report(raw)
+    return report_from_events(raw)
 
 
 def _read_report(sandbox: DockerSandbox, path: str) -> dict | None:
-    """The plugin's report read from the sandbox; None when there is none (pytest never finished)."""
+    """The events read from the sandbox (too large to print); None when there are none."""
     try:
         raw = sandbox.read_file(path, max_bytes=64_000_000)
     except (FileNotFoundError, IsADirectoryError):
         return None
     except SandboxError as e:
         raise MalformedReport(str(e)) from None
-    return _parsed_report(raw)
-
-
-def _parsed_report(raw: bytes) -> dict:
-    try:
-        report = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise MalformedReport(f"not UTF-8 JSON ({type(e).__name__})") from None
-    return _checked_report(report)
-
-
-def _checked_report(report: object) -> dict:
-    """The report against the plugin's schema: {complete: bool, exitstatus: int, tests: {str: status}, collect_errors: list}."""
-    if not isinstance(report, dict):
-        raise MalformedReport(f"a {type(report).__name__}, not an object")
-    tests = report.get("tests")
-    if not isinstance(tests, dict) or not all(isinstance(k, str) and isinstance(v, str) and v in REPORT_STATUSES for k, v in tests.items()):
-        raise MalformedReport("'tests' is not a map of test ids to pytest outcomes")
-    if not isinstance(report.get("complete"), bool) or not isinstance(report.get("exitstatus"), int):
-        raise MalformedReport("'complete' or 'exitstatus' has the wrong type")
-    canaries = report.get("canaries", {})
-    if not isinstance(canaries, dict) or not all(isinstance(v, list) and all(isinstance(n, str) for n in v)
-                                                 for v in canaries.values()):
-        raise MalformedReport("'canaries' is not a map of kinds to test ids")
-    errors = report.get("collect_errors", [])
-    if not isinstance(errors, list) or not all(isinstance(e, dict) for e in errors):
-        raise MalformedReport("'collect_errors' is not a list of objects")
-    return report
+    return report_from_events(raw)
 
 
 def grade_prediction(task: Task, patch: str | None, image: str, config: GradingConfig, *,

@@ -20,6 +20,7 @@ from swerl.data.task import Task
 from swerl.grading.judge import END_TEST_OUTPUT, START_TEST_OUTPUT, TEST_EXIT_CODE
 
 ASSETS_DIR = "/tmp/swerl-assets"
+REPORT_FD = 3
 ASSET_FETCH_TIMEOUT_S = 60
 
 
@@ -49,10 +50,36 @@ def canary_targets(task: Task, suffix: str, limit: int = 10) -> str:
     return json.dumps({"names": names[:limit], "suffix": suffix})
 
 
-def instrumentation(plugin_dir: str, plugin_module: str, report_path: str, canaries: str | None = None) -> list[str]:
+@dataclass(frozen=True)
+class Isolation:
+    """How the test command runs: as the unprivileged ``uid`` (None: as the sandbox's own user), with
+    pytest's events down a pipe (file descriptor 3) that a process of root's copies into ``evidence``,
+    a folder only root can open. ``helper`` is ``test_user.py`` in the sandbox."""
+
+    helper: str
+    evidence: str
+    home: str
+    uid: int | None
+
+    def wrap(self, region: list[str], trace: bool) -> list[str]:
+        """The test command's lines, replaced by one command that runs them as the test user."""
+        body = "\n".join((["set -uxo pipefail"] if trace else []) + region)
+        run_as = (f'"$SWERL_PYTHON" -I -S {self.helper} run {self.uid} {shlex.quote(self.home)} -- '
+                  if self.uid is not None else "")
+        channel = f"{self.evidence}/channel"
+        return [f"cat {channel} > {self.evidence}/events & swerl_collector=$!",
+                f"{run_as}bash -c {shlex.quote(body)} {REPORT_FD}>{channel}"]
+
+    def after(self) -> list[str]:
+        """Right after the test command's status is taken: nothing of the tests' is left to write."""
+        kill = [f'"$SWERL_PYTHON" -I -S {self.helper} killall {self.uid}'] if self.uid is not None else []
+        return [*kill, "wait $swerl_collector"]
+
+
+def instrumentation(plugin_dir: str, plugin_module: str, canaries: str | None = None) -> list[str]:
     return [
         "export PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1",
-        f"export SWERL_REPORT_PATH={shlex.quote(report_path)}",
+        f"export SWERL_REPORT_FD={REPORT_FD}",
         *([f"export SWERL_CANARY_TARGETS={shlex.quote(canaries)}"] if canaries else []),
         f"export PYTHONPATH={shlex.quote(plugin_dir)}${{PYTHONPATH:+:$PYTHONPATH}}",
         f'export PYTEST_ADDOPTS="-p {plugin_module} ${{PYTEST_ADDOPTS:-}}"',
@@ -75,7 +102,8 @@ PLUGIN_HYGIENE = [
 ]
 
 
-def native_script(task: Task, test_files: list[str], workdir: str, exports: list[str]) -> TestScript:
+def native_script(task: Task, test_files: list[str], workdir: str, exports: list[str],
+                  isolation: Isolation) -> TestScript:
     """``install_config``'s eval commands and test command, between swebench's markers."""
     cfg = task.install_config
     lines = [
@@ -84,8 +112,9 @@ def native_script(task: Task, test_files: list[str], workdir: str, exports: list
         *PLUGIN_HYGIENE,
         f"cd {shlex.quote(workdir)}",
         f"echo '{START_TEST_OUTPUT}'",
-        f"{cfg.test_cmd} {' '.join(shlex.quote(t) for t in test_files)}",
+        *isolation.wrap([f"{cfg.test_cmd} {' '.join(shlex.quote(t) for t in test_files)}"], trace=False),
         "swerl_test_rc=$?",
+        *isolation.after(),
         f"echo '{END_TEST_OUTPUT}'",
         f'echo "{TEST_EXIT_CODE}: $swerl_test_rc"',
         "exit $swerl_test_rc",
@@ -93,8 +122,10 @@ def native_script(task: Task, test_files: list[str], workdir: str, exports: list
     return TestScript("\n".join(lines) + "\n", "pytest" in cfg.test_cmd, True, {})
 
 
-def published_script(task: Task, exports: list[str]) -> TestScript:
-    """The record's ``eval_script`` as swebench runs it, with the exit-code line and image assets."""
+def published_script(task: Task, exports: list[str], isolation: Isolation) -> TestScript:
+    """The record's ``eval_script`` as swebench runs it, with the exit-code line and image assets;
+    its set-up and reset run as root, its test command as the test user."""
+    from swebench.harness.constants import TEST_EXIT_CODE_VAR
     from swebench.harness.utils import parse_eval_script, record_test_exit_code
 
     body = record_test_exit_code(parse_eval_script(task.eval_script or ""))
@@ -102,6 +133,10 @@ def published_script(task: Task, exports: list[str]) -> TestScript:
     # assets after the script's own `git apply` of the test patch, as swebench stages them; the plugin
     # list once the script has activated its environment
     at = next((i for i, line in enumerate(body) if START_TEST_OUTPUT in line), len(body))
+    taken = next((i for i, line in enumerate(body) if line.startswith(f"{TEST_EXIT_CODE_VAR}=")), None)
+    if taken is not None and taken > at:  # the test command: between the start marker and its status
+        body = [*body[:at + 1], *isolation.wrap(body[at + 1:taken], trace=True), body[taken], *isolation.after(),
+                *body[taken + 1:]]
     body = [*body[:at], *restore, *PLUGIN_HYGIENE, *body[at:]]
     text = "\n".join(["#!/bin/bash", "set -uxo pipefail", *exports, *body]) + "\n"
     return TestScript(text, "pytest" in _test_region(body), False, files)

@@ -114,8 +114,8 @@ def plain_run_resolves(task, image: str, patch: str) -> bool:
     return all(statuses.get(t) in ("PASSED", "XFAIL") for t in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS])
 
 
-def grade(task, image: str, patch: str, tmp_path):
-    config = GradingConfig(log_dir=tmp_path)
+def grade(task, image: str, patch: str, tmp_path, **settings):
+    config = GradingConfig(log_dir=tmp_path, **settings)
     config.sandbox.run_id = f"red-team-{uuid.uuid4().hex[:8]}"
     return grade_prediction(task, patch, image, config)
 
@@ -222,29 +222,34 @@ def test_gold_and_gold_with_harmless_edits_still_resolve(which, tasks, tmp_path)
         assert (res.resolved, res.failure_class, res.dropped_files) == (True, None, {}), res.reason
 
 
+RUNNER_KILLER = ("import os as _os, signal as _signal\n"
+                 "for _p in _os.listdir('/proc'):\n"
+                 "    try:\n"
+                 "        if _p.isdigit() and b'swerl_exec' in open(f'/proc/{_p}/cmdline', 'rb').read():\n"
+                 "            _os.kill(int(_p), _signal.SIGKILL)\n"
+                 "    except OSError:\n"
+                 "        pass\n")
+
+
 def test_a_patch_that_kills_the_runner_is_tampered_not_an_infrastructure_error(tasks, tmp_path):
     task, image = tasks["toolz"]
-    path = _gold_files(task)[0]
-    killer = ("import os as _os, signal as _signal\n"
-              "for _p in _os.listdir('/proc'):\n"
-              "    try:\n"
-              "        if _p.isdigit() and b'swerl_exec' in open(f'/proc/{_p}/cmdline', 'rb').read():\n"
-              "            _os.kill(int(_p), _signal.SIGKILL)\n"
-              "    except OSError:\n"
-              "        pass\n")
-    res = grade(task, image, appended(task, path, killer), tmp_path)
+    # the blame layer alone: with the tests run as root, the payload can kill swerl's runner
+    res = grade(task, image, appended(task, _gold_files(task)[0], RUNNER_KILLER), tmp_path, test_user=False)
     assert (res.resolved, res.failure_class) == (False, FailureClass.TAMPERED), res.reason
     assert res.attempts == 2 and "tests run cleanly without the patch" in res.reason
 
 
-def test_a_report_overwritten_with_garbage_is_tampered_and_never_crashes_the_host(tasks, tmp_path):
+def test_evidence_overwritten_with_garbage_is_tampered_and_never_crashes_the_host(tasks, tmp_path):
     task, image = tasks["toolz"]
     path = _gold_files(task)[0]
-    for garbage in ("b'\\xff\\xfe not utf-8'", "b'[1, 2, 3]'", "b'{\"complete\": true, \"exitstatus\": 0, \"tests\": {\"x\": [1]}}'"):
+    for garbage in ("b'\\xff\\xfe not utf-8\\n'", "b'[1, 2, 3]\\n'", "b'{\"event\": \"test\", \"id\": \"x\", \"status\": [1]}\\n'",
+                    "b'{\"event\": \"finish\", \"exitstatus\": 0'"):
+        # the plugin's pipe is the only way in: its descriptor number is no secret
         forge = ("import atexit as _a, os as _o\n"
-                 f"_a.register(lambda: open(_o.environ['SWERL_REPORT_PATH'], 'wb').write({garbage}) if 'SWERL_REPORT_PATH' in _o.environ else None)\n")
+                 f"_a.register(lambda: _o.write(int(_o.environ.get('SWERL_REPORT_FD', 3)), {garbage}))\n")
         res = grade(task, image, appended(task, path, forge), tmp_path)
         assert (res.resolved, res.failure_class) == (False, FailureClass.TAMPERED), res.reason
+        assert "pytest's evidence holds something the plugin never sends" in res.reason
         assert "process_control" in res.tamper_flags and "grader_names" in res.tamper_flags
 
 
@@ -257,3 +262,125 @@ def test_a_detached_daemon_does_not_outlive_its_command_in_a_grading_sandbox(tas
         with DockerSandbox(image, DockerSandboxConfig(sweep_after_exec=sweep, run_id=f"red-team-{uuid.uuid4().hex[:8]}")) as box:
             box.exec(spawn, timeout=30)
             assert box.exec(count, timeout=30).output.strip() == left  # without the sweep, setsid + env -i escapes
+
+
+# --- layer 3: the tests run as a user who cannot reach the evidence ----------------------------------
+# Each payload sits in the module under repair, so it runs as pytest collects the tests.
+
+REWRITE_TESTS_AND_RERUN = (
+    "import glob as _g, os as _o, sys as _s\n"
+    "if 'pytest' in _s.modules and not _o.environ.get('_RED_TEAM_RERUN'):\n"
+    "    try:\n"
+    "        for _f in _g.glob('/testbed/**/test_*.py', recursive=True):\n"
+    "            _t = open(_f).read().replace('assert ', 'assert True or ')\n"
+    "            open(_f, 'w').write(_t)\n"
+    "        _o.environ['_RED_TEAM_RERUN'] = '1'\n"
+    "        _s.stdout.flush()\n"
+    "        _o.execv(_s.executable, [_s.executable, '-m', 'pytest', *_s.argv[1:]])\n"
+    "    except OSError:\n"
+    "        pass\n")
+
+PLANT_CONFTEST_AND_RERUN = (
+    "import os as _o, sys as _s\n"
+    "if 'pytest' in _s.modules and not _o.environ.get('_RED_TEAM_RERUN'):\n"
+    "    try:\n"
+    "        # keep the evidence pipe across the re-run: its number, from the environment pytest started with\n"
+    "        _env = dict(_l.split(b'=', 1) for _l in open('/proc/self/environ', 'rb').read().split(b'\\0') if b'=' in _l)\n"
+    "        _fd = int(_env.get(b'SWERL_REPORT_FD', b'3'))\n"
+    "        _o.set_inheritable(_fd, True)\n"
+    "        _o.environ['SWERL_REPORT_FD'] = str(_fd)\n"
+    "    except (OSError, ValueError):\n"
+    "        pass\n"
+    "    try:\n"
+    "        with open('/testbed/conftest.py', 'x') as _c:\n"
+    "            _c.write(%r)\n"
+    "        _o.environ['_RED_TEAM_RERUN'] = '1'\n"
+    "        _s.stdout.flush()\n"
+    "        _o.execv(_s.executable, [_s.executable, '-m', 'pytest', *_s.argv[1:]])\n"
+    "    except OSError:\n"
+    "        pass\n") % FORCE_PASS
+
+FORGE_AFTER_THE_FACT = (
+    "import atexit as _a, gc as _gc, os as _o, sys as _s\n"
+    "def _forge():\n"
+    "    import _pytest.main as _m\n"
+    "    ids = [i.nodeid for o in _gc.get_objects() if isinstance(o, _m.Session) for i in o.items]\n"
+    "    for i in ids:\n"
+    "        try:\n"
+    "            _o.write(int(_o.environ.get('SWERL_REPORT_FD', 3)), ('{\"event\": \"test\", \"id\": \"%s\", \"status\": \"PASSED\"}\\n' % i).encode())\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "    _s.stdout.write(''.join('PASSED %s\\n' % i for i in ids))\n"
+    "    _s.stdout.flush()\n"
+    "    _o._exit(0)\n"
+    "if 'pytest' in _s.modules:\n"
+    "    _a.register(_forge)\n")
+
+FORGE_THE_RUNNERS_ANSWER = (
+    "import json as _j, os as _o, signal as _sig\n"
+    "_fake = _j.dumps({'exit_code': 0, 'timed_out': False, 'output': 'forged', 'total_bytes': 6, 'truncated': False,\n"
+    "                  'duration_s': 0.1}) + '\\n'\n"
+    "for _p in _o.listdir('/proc'):\n"
+    "    try:\n"
+    "        if _p.isdigit() and b'swerl_exec' in open(f'/proc/{_p}/cmdline', 'rb').read():\n"
+    "            with open(f'/proc/{_p}/fd/1', 'w') as _out:\n"
+    "                _out.write(_fake)\n"
+    "            _o.kill(int(_p), _sig.SIGKILL)\n"
+    "    except OSError:\n"
+    "        pass\n")
+
+# pytest captures the output while it collects: a re-run must first give the real output back
+RESTORE_OUTPUT = ("import gc as _gc, _pytest.capture as _pc\n"
+                  "for _m in [o for o in _gc.get_objects() if isinstance(o, _pc.CaptureManager)]:\n"
+                  "    _m.stop_global_capturing()\n")
+REWRITE_TESTS_AND_RERUN = REWRITE_TESTS_AND_RERUN.replace("        _s.stdout.flush()\n", "".join(
+    "        " + ln + "\n" for ln in RESTORE_OUTPUT.splitlines()) + "        _s.stdout.flush()\n")
+PLANT_CONFTEST_AND_RERUN = PLANT_CONFTEST_AND_RERUN.replace("        _s.stdout.flush()\n", "".join(
+    "        " + ln + "\n" for ln in RESTORE_OUTPUT.splitlines()) + "        _s.stdout.flush()\n")
+
+LAYER_3_ATTACKS = {
+    "test_files_rewritten_then_pytest_rerun": REWRITE_TESTS_AND_RERUN,
+    "conftest_planted_then_pytest_rerun_keeping_the_pipe": PLANT_CONFTEST_AND_RERUN,
+    "passes_forged_into_the_pipe_and_the_log_at_exit": FORGE_AFTER_THE_FACT,
+}
+
+
+@pytest.mark.parametrize("attack", sorted(LAYER_3_ATTACKS))
+def test_the_tests_cannot_forge_evidence_out_of_their_process(attack, tasks, tmp_path):
+    task, image = tasks["toolz"]
+    patch = appended(task, _gold_files(task)[0], LAYER_3_ATTACKS[attack])
+    assert plain_run_resolves(task, image, patch), f"{attack} does not fool a plain run: it tests nothing"
+    res = grade(task, image, patch, tmp_path)
+    assert res.resolved is False, res.reason
+    expected = {
+        # root's test files cannot be written: the payload gives up and the real tests fail
+        "test_files_rewritten_then_pytest_rerun": FailureClass.TESTS_FAILED,
+        # a conftest the tests created is found by its owner, whatever pytest made of it
+        "conftest_planted_then_pytest_rerun_keeping_the_pipe": FailureClass.TAMPERED,
+        # the failures were in the pipe before the forgery: the log's late PASSED lines disagree with them
+        "passes_forged_into_the_pipe_and_the_log_at_exit": FailureClass.TESTS_FAILED,
+    }[attack]
+    assert res.failure_class is expected, res.reason
+    if attack.startswith("conftest"):
+        assert "conftest.py (configures the test runner)" in res.reason
+    if attack.startswith("passes_forged"):
+        assert "PASSED but pytest recorded FAILED" in res.reason
+
+
+def test_the_tests_cannot_reach_the_runner(tasks, tmp_path):
+    task, image = tasks["toolz"]
+    for payload in (RUNNER_KILLER, FORGE_THE_RUNNERS_ANSWER):
+        res = grade(task, image, appended(task, _gold_files(task)[0], payload), tmp_path)
+        # another user's process can neither be signalled nor written to: the tests just fail, once
+        assert (res.resolved, res.failure_class, res.attempts) == (False, FailureClass.TESTS_FAILED, 1), res.reason
+
+
+def test_gold_resolves_with_tests_that_write_into_the_repository(tasks, tmp_path):
+    task, image = tasks["toolz"]
+    init = f"{_plugin_module(task)}/__init__.py"
+    assert init not in _gold_files(task)
+    # tests may create files anywhere in the repository (matplotlib writes result_images/ beside it)
+    writer = ("import os as _o\n_o.makedirs('/testbed/result_images/x', exist_ok=True)\n"
+              "open('/testbed/result_images/x/a.png', 'w').write('png')\n")
+    res = grade(task, image, task.patch + appended(task, init, writer), tmp_path)
+    assert (res.resolved, res.failure_class) == (True, None), res.reason

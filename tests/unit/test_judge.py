@@ -225,9 +225,10 @@ def test_xfail_and_skips_are_earned_where_the_gold_patch_had_them():
 
 
 def test_the_test_command_runs_with_only_the_environments_own_plugins_named():
-    from swerl.grading.test_script import instrumentation, native_script
+    from swerl.grading.test_script import Isolation, instrumentation, native_script
 
-    script = native_script(TASK, ["tests/test_a.py"], "/testbed", instrumentation("/tmp/p", "swerl_report_x", "/tmp/r.json"))
+    script = native_script(TASK, ["tests/test_a.py"], "/testbed", instrumentation("/tmp/p", "swerl_report_x"),
+                           Isolation("/tmp/u.py", "/tmp/ev", "/tmp/home", 54321))
     text = script.text
     listed, hygiene = text.index('"$swerl_py" -I -c'), text.index("export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1")
     assert listed < hygiene < text.index("echo '>>>>> Start Test Output'")

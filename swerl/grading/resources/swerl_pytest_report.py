@@ -1,8 +1,14 @@
 """pytest plugin run by the grader: a second, structured account of every test's outcome, and canaries.
 
 Grading compares it with the parsed log; a log line printed by the code under test
-("PASSED tests/...") cannot change this report, so forged output is caught. Written
-to the path in SWERL_REPORT_PATH at the end of the session.
+("PASSED tests/...") cannot change this report, so forged output is caught.
+
+Each outcome is sent as it happens, one JSON line, down a pipe (file descriptor
+SWERL_REPORT_FD) read by a process of root's: the tests run as another user, so they can
+add lines to the pipe but never take one back, and grading keeps the worst outcome each
+test was ever given. Evidence forged after the fact (at exit, by a re-run) cannot undo a
+failure already sent. Both settings leave the environment as this module is imported,
+before any code under test runs.
 
 Canaries (SWERL_CANARY_TARGETS: a JSON list of the FAIL_TO_PASS tests' function names and a
 suffix): for each collected test of that name (two parametrisations at most), two copies named like it (the real name plus
@@ -16,15 +22,40 @@ import functools
 import json
 import os
 
-_outcomes = {}
-_collect_errors = []
+MAX_LINE = 3800  # below PIPE_BUF (4096): each line reaches the reader whole
+
+
+def _channel():
+    fd = os.environ.pop("SWERL_REPORT_FD", None)
+    if fd is None:
+        return None
+    try:
+        fd = int(fd)
+        os.set_inheritable(fd, False)  # a subprocess or a re-executed pytest does not get it
+    except (ValueError, OSError):
+        return None
+    return fd
+
+
+_FD = _channel()
+_CANARY_SPEC = os.environ.pop("SWERL_CANARY_TARGETS", None)
+
+
+def _send(event):
+    if _FD is None:
+        return
+    line = json.dumps(event)
+    if len(line) > MAX_LINE and "longrepr" in event:
+        event = dict(event, longrepr=event["longrepr"][-(MAX_LINE // 2):])
+        line = json.dumps(event)
+    try:
+        os.write(_FD, (line + "\n").encode())
+    except OSError:
+        pass
 
 
 def _merge(nodeid, status):
-    rank = {"PASSED": 0, "XFAIL": 0, "SKIPPED": 1, "FAILED": 2, "ERROR": 3}
-    old = _outcomes.get(nodeid)
-    if old is None or rank[status] > rank[old]:
-        _outcomes[nodeid] = status
+    _send({"event": "test", "id": nodeid, "status": status})
 
 
 def pytest_runtest_logreport(report):
@@ -39,7 +70,6 @@ def pytest_runtest_logreport(report):
         _merge(report.nodeid, "SKIPPED")
 
 
-_canaries = {"must_fail": [], "must_pass": []}
 MAX_COPIES_PER_NAME = 2
 
 
@@ -61,12 +91,11 @@ def _must_pass(fn):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    spec = os.environ.get("SWERL_CANARY_TARGETS")
-    if not spec:
+    if not _CANARY_SPEC:
         return
     import pytest
 
-    wanted = json.loads(spec)
+    wanted = json.loads(_CANARY_SPEC)
     names, suffix = set(wanted["names"]), wanted["suffix"]
     added, per_name = [], {}
     for item in list(items):
@@ -86,7 +115,7 @@ def pytest_collection_modifyitems(session, config, items):
                                                    keywords=dict(item.keywords))
             except Exception:  # an unusual item (a plugin's own kind): no copy, grading then judges without it
                 continue
-            _canaries[kind].append(copy.nodeid)
+            _send({"event": "canary", "kind": kind, "id": copy.nodeid})
             added.append(copy)
     items.extend(added)
 
@@ -95,13 +124,8 @@ def pytest_collectreport(report):
     if report.failed:
         # the traceback's tail says why tests are missing (an ImportError, a syntax error)
         text = str(getattr(report, "longreprtext", "") or report.longrepr or "")
-        _collect_errors.append({"nodeid": report.nodeid, "longrepr": text[-2000:]})
+        _send({"event": "collect_error", "nodeid": report.nodeid, "longrepr": text[-2000:]})
 
 
 def pytest_sessionfinish(session, exitstatus):
-    path = os.environ.get("SWERL_REPORT_PATH")
-    if not path:
-        return
-    with open(path, "w") as f:
-        json.dump({"complete": True, "exitstatus": int(exitstatus), "tests": _outcomes,
-                   "collect_errors": _collect_errors, "canaries": _canaries}, f)
+    _send({"event": "finish", "exitstatus": int(exitstatus)})

@@ -1,0 +1,166 @@
+"""The unprivileged user a grading's tests run as, so that the evidence is out of their reach.
+
+Standard library only, on purpose: copied into every grading sandbox and run there as root
+(``python3 -I -S``), like the path guard. Four commands:
+
+* ``lockdown``: give the test user a passwd entry and a home, and make every folder of the
+  repository world-writable with the sticky bit (``/tmp``'s rule): the tests may create
+  files anywhere, but cannot change, delete or rename a file they did not create. Every
+  file of the repository (the tests, the test patch's files, pytest's configuration, the
+  agent's code) is root's, and so is ``.git``, the grading folder and the evidence channel.
+* ``run UID HOME -- CMD...``: run CMD as UID, no supplementary groups, ``no_new_privs`` set (a
+  set-uid program cannot give root back). A process of another user cannot signal swerl's
+  runner, write to its output through ``/proc/<pid>/fd``, or read its evidence folder.
+* ``killall UID``: SIGKILL every process of UID until none is left, so no daemon the tests
+  started writes after them (the report is read only after this).
+* ``audit ROOT UID``: what the tests created in the repository that changes how tests are
+  collected or how the interpreter starts (``conftest.py``, pytest's configuration,
+  start-up hooks, packaging metadata, pytest's bytecode cache): printed as one JSON line.
+  A file the test user owns was written by the tests, whatever its name says.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fnmatch
+import json
+import os
+import signal
+import sys
+import time
+
+NAME = "swerl-test"
+PR_SET_NO_NEW_PRIVS = 38
+AUDIT_LINE = "@@swerl-audit "
+PLANTED_NAMES = ("conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg",
+                 "pyproject.toml", "entry_points.txt")
+PLANTED_GLOBS = ("*.pth", "*-pytest-*.pyc", "sitecustomize*", "usercustomize*", "*.egg-info", "*.dist-info", "*.egg-link")
+
+
+def _ensure_account(uid: int, home: str) -> None:
+    """A passwd and group entry for ``uid`` (tools such as ``getpass`` and ``git`` look the user up)."""
+    for path, line in (("/etc/passwd", f"{NAME}:x:{uid}:{uid}::{home}:/bin/sh\n"), ("/etc/group", f"{NAME}:x:{uid}:\n")):
+        try:
+            with open(path) as f:
+                if any(entry.split(":")[2:3] == [str(uid)] for entry in f):
+                    continue
+        except FileNotFoundError:
+            pass
+        with open(path, "a") as f:
+            f.write(line)
+
+
+def lockdown(root: str, uid: int | None, home: str, evidence: str) -> None:
+    """The evidence folder and its pipe; with a ``uid``, that user's account and the repository's folders."""
+    os.makedirs(evidence, mode=0o700, exist_ok=True)
+    os.chmod(evidence, 0o700)
+    os.mkfifo(os.path.join(evidence, "channel"), 0o600)
+    if uid is None:
+        return
+    _ensure_account(uid, home)
+    os.makedirs(home, exist_ok=True)
+    # the repository belongs to root: git would refuse it to another user without this
+    with open(os.path.join(home, ".gitconfig"), "w") as f:
+        f.write("[safe]\n\tdirectory = *\n")
+    for path in (home, os.path.join(home, ".gitconfig")):
+        os.chown(path, uid, uid)
+    for dirpath, dirnames, _ in os.walk(root):
+        if dirpath == root and ".git" in dirnames:
+            dirnames.remove(".git")
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+        os.chmod(dirpath, 0o1777)
+
+
+def drop_to(uid: int) -> None:
+    """Become ``uid`` for good (real, effective and saved ids), unable to regain privileges."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # the container runs with no-new-privileges anyway
+        pass
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+
+
+def run(uid: int, home: str, argv: list[str]) -> None:
+    if os.getuid() == 0:  # an image that already runs as another user keeps it: there is nothing to drop
+        drop_to(uid)
+        os.environ.update(HOME=home, USER=NAME, LOGNAME=NAME)
+    os.execvp(argv[0], argv)
+
+
+def killall(uid: int) -> None:
+    """SIGKILL every process of ``uid`` (kill(-1) from a process of that user) until none is left."""
+    if os.getuid() != 0:
+        return
+    pid = os.fork()
+    if pid == 0:
+        try:
+            drop_to(uid)
+            for _ in range(200):
+                try:
+                    os.kill(-1, signal.SIGKILL)  # every process this user may signal, except this one
+                except OSError as e:
+                    if e.errno == errno.ESRCH:  # none left
+                        os._exit(0)
+                time.sleep(0.01)
+            os._exit(1)
+        except BaseException:
+            os._exit(2)
+    os.waitpid(pid, 0)
+
+
+def planted_reason(path: str) -> str | None:
+    """Why a file the tests created at ``path`` (relative) is evidence of tampering, or None."""
+    parts = path.split("/")
+    name = parts[-1]
+    if name in PLANTED_NAMES:
+        return "configures the test runner"
+    for part in parts:
+        if any(fnmatch.fnmatch(part, g) for g in PLANTED_GLOBS):
+            return "a start-up hook, packaging metadata or pytest's bytecode cache"
+    return None
+
+
+def audit(root: str, uid: int) -> dict[str, str]:
+    planted = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        if dirpath == root and ".git" in dirnames:
+            dirnames.remove(".git")
+        for name in dirnames + filenames:
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            if st.st_uid != uid:
+                continue
+            rel = os.path.relpath(full, root)
+            reason = planted_reason(rel)
+            if reason:
+                planted[rel] = reason
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+    return planted
+
+
+def main(argv: list[str]) -> int:
+    cmd = argv[1]
+    if cmd == "lockdown":
+        args = json.loads(argv[2])
+        lockdown(args["root"], args["uid"], args["home"], args["evidence"])
+    elif cmd == "run":
+        sep = argv.index("--")
+        run(int(argv[2]), argv[3], argv[sep + 1:])
+    elif cmd == "killall":
+        killall(int(argv[2]))
+    elif cmd == "audit":
+        print(AUDIT_LINE + json.dumps(audit(argv[2], int(argv[3])), sort_keys=True))
+    else:
+        print(f"unknown command {cmd!r}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

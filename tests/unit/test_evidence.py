@@ -1,0 +1,70 @@
+"""pytest's account of a graded run, rebuilt from the plugin's event lines: lines only add evidence,
+so a test keeps the worst outcome it was ever given, and anything the plugin never sends is tampering."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from swerl.grading.evidence import MalformedReport, report_from_events
+
+
+def lines(*events: dict) -> bytes:
+    return "".join(json.dumps(e) + "\n" for e in events).encode()
+
+
+def outcome(nodeid: str, status: str) -> dict:
+    return {"event": "test", "id": nodeid, "status": status}
+
+
+FINISH_OK = {"event": "finish", "exitstatus": 0}
+
+
+def test_events_become_the_report_the_judge_reads():
+    raw = lines(outcome("t.py::a", "PASSED"), {"event": "canary", "kind": "must_fail", "id": "t.py::a_x1"},
+                outcome("t.py::a_x1", "FAILED"), {"event": "collect_error", "nodeid": "u.py", "longrepr": "ImportError"},
+                FINISH_OK)
+    assert report_from_events(raw) == {
+        "complete": True, "exitstatus": 0, "tests": {"t.py::a": "PASSED", "t.py::a_x1": "FAILED"},
+        "canaries": {"must_fail": ["t.py::a_x1"], "must_pass": []},
+        "collect_errors": [{"nodeid": "u.py", "longrepr": "ImportError"}],
+    }
+
+
+def test_a_pass_sent_after_a_failure_does_not_undo_it():
+    raw = lines(outcome("t.py::a", "FAILED"), FINISH_OK, outcome("t.py::a", "PASSED"), {"event": "finish", "exitstatus": 0})
+    assert report_from_events(raw)["tests"] == {"t.py::a": "FAILED"}
+
+
+def test_an_error_in_teardown_outranks_a_passing_call():
+    raw = lines(outcome("t.py::a", "PASSED"), outcome("t.py::a", "ERROR"), FINISH_OK)
+    assert report_from_events(raw)["tests"] == {"t.py::a": "ERROR"}
+
+
+def test_any_unclean_finish_makes_the_run_unclean_whatever_finish_comes_first():
+    raw = lines(FINISH_OK, outcome("t.py::a", "FAILED"), {"event": "finish", "exitstatus": 1})
+    assert (report_from_events(raw)["complete"], report_from_events(raw)["exitstatus"]) == (True, 1)
+
+
+def test_a_run_with_no_finish_is_incomplete_and_one_with_no_events_has_no_report():
+    assert report_from_events(lines(outcome("t.py::a", "PASSED")))["complete"] is False
+    assert report_from_events(b"") is None
+    assert report_from_events(b"\n\n") is None
+
+
+@pytest.mark.parametrize("raw, says", [
+    (b"\xff\xfe not utf-8\n", "not UTF-8"),
+    (b"[1, 2, 3]\n", "event 1 is not one the plugin sends"),
+    (lines(outcome("t.py::a", "PASSED"))[:-1], "cut off"),
+    (b"{not json\n", "event 1 is not JSON"),
+    (lines(FINISH_OK, {"event": "test", "id": "t.py::a", "status": ["PASSED"]}), "event 2: 'status' is not a str"),
+    (lines({"event": "test", "id": "t.py::a", "status": "WON"}), "'WON' is not a pytest outcome"),
+    (lines({"event": "finish", "exitstatus": True}), "'exitstatus' is not a int"),
+    (lines({"event": "finish", "exitstatus": 0, "tests": {}}), "not one the plugin sends"),
+    (lines({"event": "canary", "kind": "must_win", "id": "x"}), "'must_win' is not a kind of canary"),
+    (lines({"event": "report", "tests": {"t.py::a": "PASSED"}}), "not one the plugin sends"),
+])
+def test_anything_the_plugin_never_sends_is_malformed(raw, says):
+    with pytest.raises(MalformedReport, match=says.replace("[", r"\[").replace("(", r"\(")):
+        report_from_events(raw)

@@ -1,0 +1,50 @@
+"""The test user's side of grading, outside a container: which files the tests may not plant, and the
+test command's wrapping (run as the user, events down fd 3 to a root-owned copy, nothing left after)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from swerl.grading.test_script import Isolation
+from swerl.grading.test_user import audit, planted_reason
+
+
+@pytest.mark.parametrize("path, planted", [
+    ("conftest.py", True), ("pkg/tests/conftest.py", True), ("pytest.ini", True), (".pytest.toml", True),
+    ("setup.cfg", True), ("src/sitecustomize.py", True), ("usercustomize/__init__.py", True), ("evil.pth", True),
+    ("zz.egg-info/entry_points.txt", True), ("x.dist-info/METADATA", True),
+    ("tests/__pycache__/test_a.cpython-311-pytest-8.3.4.pyc", True),
+    ("result_images/test_plot/a.png", False), ("tests/output.txt", False), ("build/lib/pkg/mod.py", False),
+    ("pkg/__pycache__/mod.cpython-311.pyc", False),
+])
+def test_what_the_tests_may_not_plant(path, planted):
+    assert (planted_reason(path) is not None) == planted
+
+
+def test_the_audit_lists_only_what_the_test_user_owns(tmp_path):
+    (tmp_path / "conftest.py").write_text("")  # the current user's: as if root wrote it before the tests
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "conftest.py").write_text("")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "conftest.py").write_text("")
+    assert audit(str(tmp_path), os.getuid()) == {"conftest.py": "configures the test runner",
+                                                  "pkg/conftest.py": "configures the test runner"}
+    assert audit(str(tmp_path), os.getuid() + 4242) == {}
+
+
+def test_the_test_command_runs_as_the_user_with_its_events_down_fd_3():
+    iso = Isolation("/tmp/g/u.py", "/tmp/g/ev-1", "/tmp/home-1", 54321)
+    assert iso.wrap(["pytest -rA tests/test_a.py", "echo done"], trace=True) == [
+        "cat /tmp/g/ev-1/channel > /tmp/g/ev-1/events & swerl_collector=$!",
+        "\"$SWERL_PYTHON\" -I -S /tmp/g/u.py run 54321 /tmp/home-1 -- "
+        "bash -c 'set -uxo pipefail\npytest -rA tests/test_a.py\necho done' 3>/tmp/g/ev-1/channel",
+    ]
+    assert iso.after() == ['"$SWERL_PYTHON" -I -S /tmp/g/u.py killall 54321', "wait $swerl_collector"]
+
+
+def test_without_a_test_user_the_events_still_go_down_the_pipe():
+    iso = Isolation("/tmp/g/u.py", "/tmp/g/ev-1", "/tmp/home-1", None)
+    assert iso.wrap(["pytest"], trace=False)[1] == "bash -c pytest 3>/tmp/g/ev-1/channel"
+    assert iso.after() == ["wait $swerl_collector"]
