@@ -7,11 +7,15 @@ Steps, each in the same new container (network off):
 2. apply the rest (``git apply``, then ``patch --fuzz`` as SWE-bench does);
 3. put every file of the test patch back to base_commit, then apply the test patch (a
    SWE-bench 5 record's own ``eval_script`` applies it itself: it is only checked);
-4. run the tests between SWE-bench's markers (the record's ``eval_script``, or
-   ``install_config``'s test command) with a hard timeout that kills the whole process tree;
-5. decide with swebench's own grading on the log (``swerl.grading.judge``) and, for pytest,
-   compare with the report of a plugin whose module name is random per run: a forged
-   "PASSED" line disagrees with it.
+4. lock the repository down (``swerl.grading.test_user``): the test command runs as an
+   unprivileged user who can create files but change none of root's, and reach pytest's
+   evidence only through a pipe root copies into a folder only root opens;
+5. run the tests between SWE-bench's markers (the record's ``eval_script``, or
+   ``install_config``'s test command) with a hard timeout that kills the whole process tree,
+   then kill every process of the test user and list what the tests planted;
+6. decide with swebench's own grading on the log (``swerl.grading.judge``) and, for pytest,
+   compare with the events of a plugin whose module name is random per run
+   (``swerl.grading.evidence``): a forged "PASSED" line disagrees with them.
 """
 
 from __future__ import annotations

@@ -158,9 +158,14 @@ XFAIL_UNDER_PYTEST = ("import sys as _s\nif 'pytest' in _s.modules:\n    import 
                       "    _pt.xfail('flaky on this platform')\n")
 IN_PROCESS_ATTACKS = {
     "runtest_made_a_no_op": lambda t: appended(t, _gold_files(t)[0], NOOP_RUNTEST),
+    # a plugin named in the package's __init__: pytest reads it when it collects the package (toolz's tests
+    # live inside it; idna's do not)
+    "pytest_plugins_in_the_package_init": lambda t: new_file(f"{_plugin_module(t)}/_evil_plugin.py", FORCE_PASS) + appended(
+        t, f"{_plugin_module(t)}/__init__.py", f"pytest_plugins = ['{_plugin_module(t)}._evil_plugin']\n"),
 }
 CASES = ([(name, "idna") for name in [*ATTACKS, *SYS_PATH_ATTACKS]] + [(name, "toolz") for name in ATTACKS]
-         + [(n, "toolz") for n in TOML_ATTACKS] + [(n, w) for n in IN_PROCESS_ATTACKS for w in ("idna", "toolz")])
+         + [(n, "toolz") for n in TOML_ATTACKS] + [(n, w) for n in IN_PROCESS_ATTACKS for w in ("idna", "toolz")
+                                                  if (n, w) != ("pytest_plugins_in_the_package_init", "idna")])
 
 
 @pytest.mark.parametrize("attack,which", CASES)

@@ -11,8 +11,9 @@ failure already sent. Both settings leave the environment as this module is impo
 before any code under test runs.
 
 Canaries (SWERL_CANARY_TARGETS: a JSON list of the FAIL_TO_PASS tests' function names and a
-suffix): for each collected test of that name (two parametrisations at most), two copies named like it (the real name plus
-a random suffix, same parameters and fixtures): one runs the real test and then fails, so it
+suffix): for each collected test of that name (a pytest function, two parametrisations at most,
+or a ``unittest.TestCase`` method), two copies named like it (the real name plus a random
+suffix, same parameters and fixtures, or a new method of the same class): one runs the real test and then fails, so it
 fails with a real fix and without one; the other does nothing and passes. Code that forces
 outcomes (a hook, a patched runner, a test that detects pytest and calls xfail) flips the
 copies too, and grading calls the run tampered.
@@ -90,30 +91,61 @@ def _must_pass(fn):
     return canary
 
 
+def _function_copy(item, kind, tail):
+    import pytest
+
+    callspec = getattr(item, "callspec", None)
+    base = item.originalname + "_" + tail
+    name = base + (f"[{callspec.id}]" if callspec is not None else "")
+    wrap = _must_fail if kind == "must_fail" else _must_pass
+    return pytest.Function.from_parent(item.parent, name=name, callspec=callspec, callobj=wrap(item.obj),
+                                       fixtureinfo=item._fixtureinfo, originalname=base, keywords=dict(item.keywords))
+
+
+def _unittest_copy(item, kind, tail):
+    """A ``unittest.TestCase`` method is looked up on its class by name: the copy is a new method there."""
+    cls, name = item.parent.obj, item.name + "_" + tail
+    method = getattr(cls, item.name)
+    if kind == "must_fail":
+        def canary(self):
+            method(self)
+            self.fail("this copy of the test must fail")
+    else:
+        def canary(self):
+            return None
+    canary.__name__ = canary.__qualname__ = name
+    setattr(cls, name, canary)
+    return type(item).from_parent(item.parent, name=name)
+
+
+def _copier(item):
+    import pytest
+
+    if type(item) is pytest.Function:
+        return _function_copy
+    if type(item).__name__ == "TestCaseFunction" and type(item).__module__ == "_pytest.unittest":
+        return _unittest_copy
+    return None  # an unusual item (a plugin's own kind): no copy, grading then judges without it
+
+
 def pytest_collection_modifyitems(session, config, items):
     if not _CANARY_SPEC:
         return
-    import pytest
-
     wanted = json.loads(_CANARY_SPEC)
     names, suffix = set(wanted["names"]), wanted["suffix"]
     added, per_name = [], {}
     for item in list(items):
-        if type(item) is not pytest.Function or getattr(item, "originalname", None) not in names:
+        copier = _copier(item)
+        if copier is None or getattr(item, "originalname", None) not in names:
             continue
         # two parametrisations a name are enough to catch a payload (it cannot tell them apart), and cheap
         per_name[item.originalname] = per_name.get(item.originalname, 0) + 1
         if per_name[item.originalname] > MAX_COPIES_PER_NAME:
             continue
-        callspec = getattr(item, "callspec", None)
-        for kind, wrap, tail in (("must_fail", _must_fail, suffix), ("must_pass", _must_pass, suffix[::-1])):
-            base = item.originalname + "_" + tail
-            name = base + (f"[{callspec.id}]" if callspec is not None else "")
+        for kind, tail in (("must_fail", suffix), ("must_pass", suffix[::-1])):
             try:
-                copy = pytest.Function.from_parent(item.parent, name=name, callspec=callspec, callobj=wrap(item.obj),
-                                                   fixtureinfo=item._fixtureinfo, originalname=base,
-                                                   keywords=dict(item.keywords))
-            except Exception:  # an unusual item (a plugin's own kind): no copy, grading then judges without it
+                copy = copier(item, kind, tail)
+            except Exception:
                 continue
             _send({"event": "canary", "kind": kind, "id": copy.nodeid})
             added.append(copy)
