@@ -123,7 +123,8 @@ def _test_user_source() -> bytes:
 
 
 def _audit_verdict(text: str) -> dict[str, str]:
-    """What the tests planted, from the audit's line (printed by root once no process of the tests is left)."""
+    """What the tests planted, from the audit's line: the last one, printed by root once no process of the
+    tests' is left (a line the tests printed comes before it)."""
     for line in reversed(text.splitlines()):
         if line.startswith(AUDIT_LINE):
             try:
@@ -233,7 +234,7 @@ def _plan(task: Task, patch: str, config: GradingConfig, result: GradeResult, lo
                               canary_targets(task, uuid.uuid4().hex[:6]) if config.canaries else None)
     workdir = config.sandbox.workdir
     try:
-        script = (published_script(task, exports, isolation) if task.eval_script
+        script = (published_script(task, exports, isolation, workdir) if task.eval_script
                   else native_script(task, select_test_files(task), workdir, exports, isolation))
     except AssetError as e:
         result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
@@ -244,7 +245,6 @@ def _plan(task: Task, patch: str, config: GradingConfig, result: GradeResult, lo
     logs.write("eval.sh", script.text)
     wd = shlex.quote(workdir)
     events = f"{isolation.evidence}/events"
-    audit = ([f"\"$SWERL_PYTHON\" -I -S {TEST_USER} audit {wd} {isolation.uid}"] if isolation.uid is not None else [])
     # set-up, tests and the report in one exec. The tests line (with this run's nonce) is printed only
     # once the set-up succeeded, before any code under test runs, so what precedes it is swerl's own output
     command = "\n".join([
@@ -255,7 +255,6 @@ def _plan(task: Task, patch: str, config: GradingConfig, result: GradeResult, lo
         # the same answer unless it is large (then it is read as a file)
         f"echo; echo '{report_line}'; [ \"$(stat -c %s {events} 2>/dev/null || echo 0)\" -lt {INLINE_REPORT_MAX} ] "
         f"&& base64 -w0 {events}; echo",
-        *audit,
         "exit $swerl_rc",
     ])
     return _Plan(files, command, tests_line, report_line, events, isolation.uid is not None, script, parser, no_patch)
@@ -309,7 +308,7 @@ def _grade_in(sandbox: DockerSandbox, task: Task, plan: _Plan, config: GradingCo
     script = plan.script
     if plan.audited:
         try:
-            planted = _audit_verdict(evidence if found else "")
+            planted = _audit_verdict(tests_output)
         except MalformedReport as e:
             raise SandboxError(str(e)) from None  # root's own step: the tests cannot stop it
         if planted:

@@ -1,7 +1,7 @@
 """The unprivileged user a grading's tests run as, so that the evidence is out of their reach.
 
 Standard library only, on purpose: copied into every grading sandbox and run there as root
-(``python3 -I -S``), like the path guard. Four commands:
+(``python3 -I -S``), like the path guard. Three commands:
 
 * ``lockdown``: give the test user a passwd entry and a home, and make every folder of the
   repository world-writable with the sticky bit (``/tmp``'s rule): the tests may create
@@ -11,12 +11,12 @@ Standard library only, on purpose: copied into every grading sandbox and run the
 * ``run UID HOME -- CMD...``: run CMD as UID, no supplementary groups, ``no_new_privs`` set (a
   set-uid program cannot give root back). A process of another user cannot signal swerl's
   runner, write to its output through ``/proc/<pid>/fd``, or read its evidence folder.
-* ``killall UID``: SIGKILL every process of UID until none is left, so no daemon the tests
-  started writes after them (the report is read only after this).
-* ``audit ROOT UID``: what the tests created in the repository that changes how tests are
-  collected or how the interpreter starts (``conftest.py``, pytest's configuration,
-  start-up hooks, packaging metadata, pytest's bytecode cache): printed as one JSON line.
-  A file the test user owns was written by the tests, whatever its name says.
+* ``finish ROOT UID``: SIGKILL every process of UID until none is left, so no daemon the
+  tests started writes after them (the evidence is read only after this); then audit what
+  the tests created in the repository that changes how tests are collected or how the
+  interpreter starts (``conftest.py``, pytest's configuration, start-up hooks, packaging
+  metadata, pytest's bytecode cache), printed as one JSON line. A file the test user owns
+  was written by the tests, whatever its name says.
 """
 
 from __future__ import annotations
@@ -161,10 +161,10 @@ def main(argv: list[str]) -> int:
     elif cmd == "run":
         sep = argv.index("--")
         run(int(argv[2]), argv[3], argv[sep + 1:])
-    elif cmd == "killall":
-        killall(int(argv[2]))
-    elif cmd == "audit":
-        print(AUDIT_LINE + json.dumps(audit(argv[2], int(argv[3])), sort_keys=True))
+    elif cmd == "finish":  # one interpreter start for both: it runs in every grading
+        root, uid = argv[2], int(argv[3])
+        killall(uid)
+        print(AUDIT_LINE + json.dumps(audit(root, uid), sort_keys=True), flush=True)
     else:
         print(f"unknown command {cmd!r}", file=sys.stderr)
         return 2

@@ -233,3 +233,26 @@ def test_the_test_command_runs_with_only_the_environments_own_plugins_named():
     listed, hygiene = text.index('"$swerl_py" -I -c'), text.index("export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1")
     assert listed < hygiene < text.index("echo '>>>>> Start Test Output'")
     assert 'PYTEST_ADDOPTS="$swerl_plugins -p no:cacheprovider ${PYTEST_ADDOPTS:-}"' in text
+
+
+def test_the_plugin_list_reads_entry_points_as_importlib_metadata_does(tmp_path, monkeypatch, capsys):
+    import importlib.metadata
+    import subprocess
+    import sys
+
+    from swerl.grading.test_script import _LIST_PLUGINS
+
+    (tmp_path / "pytest_timeout-2.3.dist-info").mkdir()
+    (tmp_path / "pytest_timeout-2.3.dist-info" / "entry_points.txt").write_text(
+        "[console_scripts]\nnot-a-plugin = x:y\n\n[pytest11]\ntimeout = pytest_timeout\n")
+    (tmp_path / "old.egg-info").mkdir()
+    (tmp_path / "old.egg-info" / "entry_points.txt").write_text("[pytest11]\n# a comment\nold_plugin = old.plugin\n")
+    (tmp_path / "not-metadata").mkdir()
+    monkeypatch.setattr(sys, "path", [str(tmp_path), str(tmp_path / "missing")])
+    exec(_LIST_PLUGINS, {})
+    assert capsys.readouterr().out == "-p old_plugin -p timeout\n"
+    monkeypatch.undo()
+    # and on a real environment (this one), the same names importlib.metadata lists
+    listed = subprocess.run([sys.executable, "-I", "-c", _LIST_PLUGINS], capture_output=True, text=True, check=True).stdout
+    expected = sorted({e.name for e in importlib.metadata.entry_points().select(group="pytest11")})
+    assert listed.split() == [w for n in expected for w in ("-p", n)]

@@ -41,10 +41,32 @@ def test_the_test_command_runs_as_the_user_with_its_events_down_fd_3():
         "\"$SWERL_PYTHON\" -I -S /tmp/g/u.py run 54321 /tmp/home-1 -- "
         "bash -c 'set -uxo pipefail\npytest -rA tests/test_a.py\necho done' 3>/tmp/g/ev-1/channel",
     ]
-    assert iso.after() == ['"$SWERL_PYTHON" -I -S /tmp/g/u.py killall 54321', "wait $swerl_collector"]
+    assert iso.after("/testbed") == ['"$SWERL_PYTHON" -I -S /tmp/g/u.py finish /testbed 54321', "wait $swerl_collector"]
 
 
 def test_without_a_test_user_the_events_still_go_down_the_pipe():
     iso = Isolation("/tmp/g/u.py", "/tmp/g/ev-1", "/tmp/home-1", None)
     assert iso.wrap(["pytest"], trace=False)[1] == "bash -c pytest 3>/tmp/g/ev-1/channel"
-    assert iso.after() == ["wait $swerl_collector"]
+    assert iso.after("/testbed") == ["wait $swerl_collector"]
+
+
+def test_a_published_script_runs_only_its_test_command_as_the_user_and_finishes_after_the_status_line():
+    from swerl.data.task import Task
+    from swerl.grading.test_script import published_script
+
+    eval_script = ("#!/bin/bash\nset -uxo pipefail\nsource /opt/miniconda3/bin/activate\nconda activate testbed\n"
+                   "cd /testbed\ngit checkout abc1234 tests/test_a.py\ngit apply -v - <<'EOF_1'\n(patch)\nEOF_1\n"
+                   ": '>>>>> Start Test Output'\npytest -rA tests/test_a.py\n: '>>>>> End Test Output'\n"
+                   "git checkout abc1234 tests/test_a.py\n")
+    task = Task.model_validate({"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc1234", "patch": "", "test_patch": "",
+                                "problem_statement": "x", "FAIL_TO_PASS": ["tests/test_a.py::test_x"], "PASS_TO_PASS": [],
+                                "eval_script": eval_script, "image": "img"})
+    iso = Isolation("/tmp/g/u.py", "/tmp/g/ev-1", "/tmp/home-1", 54321)
+    text = published_script(task, [], iso, "/testbed").text
+    wrapped = "\n".join(iso.wrap(["pytest -rA tests/test_a.py"], trace=True))
+    tail = "\n".join([wrapped, "SWEBENCH_TEST_EXIT_CODE=$?", ": '>>>>> End Test Output'",
+                      'echo ">>>>> Test Exit Code: $SWEBENCH_TEST_EXIT_CODE"', *iso.after("/testbed"),
+                      "git checkout abc1234 tests/test_a.py"])
+    # the set-up (activation, checkout, test patch) and the reset run as root; only the test command as the user
+    assert text.endswith(": '>>>>> Start Test Output'\n" + tail + "\n")
+    assert text.count("pytest -rA") == 1 and text.index("git apply -v -") < text.index("Start Test Output")
