@@ -15,7 +15,7 @@ Standard library only, on purpose: copied into every grading sandbox and run the
   tests started writes after them (the evidence is read only after this); then audit what
   the tests created in the repository that changes how tests are collected or how the
   interpreter starts (``conftest.py``, pytest's configuration, start-up hooks, packaging
-  metadata, pytest's bytecode cache), printed as one JSON line. A file the test user owns
+  metadata, pytest's bytecode cache, a new module at an import root), printed as one JSON line. A file the test user owns
   was written by the tests, whatever its name says.
 """
 
@@ -34,6 +34,7 @@ PR_SET_NO_NEW_PRIVS = 38
 AUDIT_LINE = "@@swerl-audit "
 PLANTED_NAMES = ("conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg",
                  "pyproject.toml", "entry_points.txt")
+MODULE_SUFFIXES = (".py", ".pyc", ".so")
 PLANTED_GLOBS = ("*.pth", "*-pytest-*.pyc", "sitecustomize*", "usercustomize*", "*.egg-info", "*.dist-info", "*.egg-link")
 
 
@@ -129,6 +130,11 @@ def planted_reason(path: str) -> str | None:
     for part in parts:
         if any(fnmatch.fnmatch(part, g) for g in PLANTED_GLOBS):
             return "a start-up hook, packaging metadata or pytest's bytecode cache"
+    # at an import root (the repository or src/), a new module answers imports a re-run Python makes
+    # at start-up under an innocent name (Debian's sitecustomize imports one)
+    rest = parts[1:] if parts[0] == "src" and len(parts) > 1 else parts
+    if (len(rest) == 1 and name.endswith(MODULE_SUFFIXES)) or (len(rest) == 2 and name == "__init__.py"):
+        return "a new module at an import root"
     return None
 
 

@@ -18,6 +18,8 @@ from swerl.grading.test_user import audit, planted_reason
     ("tests/__pycache__/test_a.cpython-311-pytest-8.3.4.pyc", True),
     ("result_images/test_plot/a.png", False), ("tests/output.txt", False), ("build/lib/pkg/mod.py", False),
     ("pkg/__pycache__/mod.cpython-311.pyc", False),
+    ("apport_python_hook.py", True), ("src/apport_python_hook.py", True), ("shadow/__init__.py", True),
+    ("src/shadow/__init__.py", True), ("pkg/new_module.py", False), ("out/data/__init__.py", False), ("notes.txt", False),
 ])
 def test_what_the_tests_may_not_plant(path, planted):
     assert (planted_reason(path) is not None) == planted
