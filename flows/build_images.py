@@ -15,7 +15,11 @@ from tasks.images import build_images_task, validate_tasks_task
 
 @flow(name="build_images", log_prints=True, **HOOKS)
 def build_images(params: BuildImagesParams = BuildImagesParams()) -> dict[str, Any]:
-    """Build base, environment and instance images; write the task -> image manifest."""
+    """Build base, environment and instance images; write the task -> image manifest.
+
+    Args:
+        params: The task set, its repositories, the manifest's path and whether to validate each task.
+    """
     from prefect.artifacts import create_markdown_artifact
 
     tasks, repos = task_inputs(params.tasks, params.repos)

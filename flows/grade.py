@@ -16,7 +16,11 @@ from tasks.images import build_images_task
 
 @flow(name="grade", log_prints=True, **HOOKS)
 def grade(params: GradeParams) -> dict[str, Any]:
-    """Predictions JSONL -> results JSONL (resolved, failure class, per-test detail)."""
+    """Predictions JSONL -> results JSONL (resolved, failure class, per-test detail).
+
+    Args:
+        params: The predictions, the task set they answer, where the results go and how many sandboxes at once.
+    """
     from swerl.grading.predictions import read_predictions
 
     from swerl.stages.images import load_task_file

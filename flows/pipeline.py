@@ -10,6 +10,7 @@ iteration as their step: 0 the starting policy, 1 after RFT, 1 + k after DAPO it
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -19,25 +20,29 @@ from prefect.cache_policies import NO_CACHE
 
 from flows._hooks import HOOKS, container_label
 from flows.dapo_iteration import dapo_iteration
-from flows.evaluate import evaluate
+from flows.evaluate import evaluate_stage
 from flows.rft import policy_ref, rft
+from swerl.orchestration.follow import STAGE_LOGGER
 from swerl.orchestration.inputs import curriculum_inputs, task_inputs, tiny_model
 from swerl.orchestration.ledger import Ledger
-from swerl.orchestration.metrics import prefixed
+from swerl.orchestration.metrics import prefixed, stage_row, table_rows
 from swerl.orchestration.params import EvaluateParams, PipelineParams, RFTParams
+from swerl.orchestration.summary import (Behaviour, StageFacts, eval_facts, images_facts, pass_table, sampler_words,
+                                         stage_line, summary_lines, summary_markdown, train_facts, validation_facts,
+                                         where_to_look)
 from swerl.stages.images import ImagesStage
 from tasks import tracking as tr
 from tasks.images import build_images_task, validate_tasks_task
-
-TABLE_KEYS = ("stage", "step", "policy", "pass_at_1", "pass_at_1_sem", "mean_reward", "solved_fraction",
-              "groups_dropped_fraction", "clip_frac_high", "entropy", "trained", "seconds")
 
 
 @task(name="prepare-inputs", cache_policy=NO_CACHE)
 def prepare_inputs(params: PipelineParams) -> dict[str, Any]:
     """Task files, mirror and starting model; the embedded default materialises the demo and the tiny model."""
     from swerl.envs.docker_sandbox import reap_containers
+    from swerl.inference.factory import require_local_model
 
+    if params.model:
+        require_local_model(params.model)  # before minutes of image builds, not at the first rollout
     run_dir = params.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     warm = None
@@ -103,18 +108,37 @@ def _flat(params: PipelineParams) -> dict[str, Any]:
     return out
 
 
-def _row(stage: str, step: int, policy: str, metrics: dict[str, float], seconds: float) -> dict[str, Any]:
-    row: dict[str, Any] = {"stage": stage, "step": step, "policy": policy, "seconds": round(seconds, 1)}
-    for key, value in metrics.items():
-        short = key.split("/", 1)[-1]
-        if short in TABLE_KEYS and short not in row:
-            row[short] = value
-    return row
+@task(name="read-behaviour", cache_policy=NO_CACHE)
+def behaviour_in(store: Path) -> Behaviour | None:
+    """What the policy did in a stage's stored trajectories (None when the stage stored none)."""
+    from swerl.orchestration.summary import behaviour_of
+    from swerl.stages.rollout import stored_trajectories
+
+    return behaviour_of(stored_trajectories(store)) if Path(store).is_dir() else None
 
 
-@flow(name="pipeline", log_prints=True, **HOOKS)
+def say(line: str) -> None:
+    """A line for a person: the console, and the flow run's log under STAGE_LOGGER, which `swerl follow` prints."""
+    from prefect.logging import get_run_logger
+
+    logging.LoggerAdapter(logging.getLogger(STAGE_LOGGER), get_run_logger().extra).info(line)
+
+
+def _run_name() -> str:
+    """``pipeline-<name>``, also for a deployment's run (Prefect names those at random)."""
+    from prefect.runtime import flow_run
+
+    p = (flow_run.parameters or {}).get("params") or {}
+    return (PipelineParams.model_validate(p) if isinstance(p, dict) else p).run_name
+
+
+@flow(name="pipeline", flow_run_name=_run_name, log_prints=True, **HOOKS)
 def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
-    """RFT, then ``dapo.iterations`` DAPO iterations, each evaluated; rerun the same name to resume."""
+    """Images, task validation, RFT, then DAPO iterations, each evaluated; rerun the same name to resume.
+
+    Args:
+        params: The tasks, the starting model and every stage's settings; `name` names the run folder and MLflow run.
+    """
     from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_progress_artifact
     from prefect.artifacts import create_table_artifact, update_progress_artifact
 
@@ -142,21 +166,29 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
     progress_id = create_progress_artifact(progress=100.0 * len([s for s in plan if ledger.get(s)]) / len(plan),
                                            key=f"progress-{params.name}".lower()[:60], description=f"Stages of {params.name}")
     rows: list[dict[str, Any]] = []
+    facts: list[StageFacts] = []
 
-    def stage(name: str, body) -> dict[str, Any]:
+    def stage(name: str, body, explain=None) -> dict[str, Any]:
+        """Run ``body`` unless the ledger has the stage; then say in words what it did (``explain``: entry -> facts)."""
         done = ledger.get(name)
+        skipped = done is not None
         if done is None:
+            if explain is not None:  # a stage a person hears about (not the start's registration)
+                say(f"{name}: started")
             t0 = time.monotonic()
             done = body()
             done["seconds"] = time.monotonic() - t0
             ledger.record(name, done)
-        else:
-            print(f"stage {name}: finished in an earlier run, skipped")
         update_progress_artifact(progress_id, 100.0 * len([s for s in plan if ledger.get(s)]) / len(plan))
+        if explain is not None:
+            facts.append(explain(done))
+            say(stage_line(facts[-1], done.get("seconds"), skipped))
+        elif skipped:
+            say(f"{name}: finished in an earlier run, skipped")
         return done
 
     def table() -> None:
-        create_table_artifact(key=f"metrics-{params.name}".lower()[:60], table=rows,
+        create_table_artifact(key=f"metrics-{params.name}".lower()[:60], table=table_rows(rows),
                               description=f"Per-stage metrics of pipeline {params.name} (Pass@1 over {params.eval.runs} runs)")
 
     # every task file the pipeline samples: training, held-out evaluation, warm-up
@@ -170,15 +202,19 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
     def images_body() -> dict[str, Any]:
         out = {}
         for key, path in sets.items():
-            result = build_images_task(ImagesStage(tasks=path, repos=repos, ca_certs=params.ca_certs,
-                                                   concurrency=params.agent.concurrency,
-                                                   manifest=run_dir / ("images.json" if key == "train" else f"images-{key}.json")))
+            built = build_images_task(ImagesStage(tasks=path, repos=repos, ca_certs=params.ca_certs,
+                                                  concurrency=params.agent.concurrency,
+                                                  manifest=run_dir / ("images.json" if key == "train" else f"images-{key}.json")),
+                                      return_state=True)
+            result = built.result()
             tr.log_lineage(params.tracking, parent_id, tasks=path, tasks_name="tasks" if key == "train" else f"{key}-tasks",
                            tasks_context=contexts[key], manifest=result.manifest if key == "train" else None)
-            out[key] = {"manifest": str(result.manifest), "ready": result.ready, "cached": result.cached}
+            # a cache hit returns an earlier run's counts: then every image was reused
+            out[key] = {"manifest": str(result.manifest), "ready": result.ready, "cached": result.cached,
+                        "cache_hit": built.name == "Cached"}
         return out
 
-    images = stage("images", images_body)
+    images = stage("images", images_body, lambda r: images_facts("images", r))
     if params.validate_runs:
         def validate_body() -> dict[str, Any]:
             out = {}
@@ -192,7 +228,7 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
                 out[key] = {**report, "tasks": kept}
             return out
 
-        valid = stage("validate", validate_body)
+        valid = stage("validate", validate_body, lambda r: validation_facts("validate", r))
         tasks = Path(valid["train"]["tasks"])
         eval_tasks = Path(valid["eval"]["tasks"]) if "eval" in valid else tasks
         warm_tasks = Path(valid["warm"]["tasks"]) if "warm" in valid else None
@@ -209,81 +245,94 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
 
     def eval_body(name: str, step: int, pol: dict[str, Any]) -> dict[str, Any]:
         model = f"version:{pol['registered_version']}" if pol.get("registered_version") else pol["path"]
-        result = evaluate(EvaluateParams(model=model, tasks=eval_tasks, repos=repos, runs=params.eval.runs, seed=params.seed,
-                                         agent=params.agent, tracking=params.tracking, promote=params.eval.promote),
-                          parent_run_id=parent_id, stage=name, step=step, out=run_dir / "eval" / name,
-                          container_label=label, policy_version=pol["policy_version"])
+        result = evaluate_stage.with_options(flow_run_name=name)(
+            EvaluateParams(model=model, tasks=eval_tasks, repos=repos, runs=params.eval.runs, seed=params.seed, agent=params.agent,
+                           tracking=params.tracking, promote=params.eval.promote),
+            parent_run_id=parent_id, stage=name, step=step, out=run_dir / "eval" / name, container_label=label,
+            policy_version=pol["policy_version"])
         tr.log_metrics(params.tracking, parent_id, prefixed("eval", result["metrics"]), step=step)
         return {"metrics": prefixed("eval", result["metrics"]), "run_id": result["run_id"], "promoted": result["promoted"],
                 "policy": pol}
+
+    def explain_eval(name: str):
+        return lambda r: eval_facts(name, r, behaviour_in(run_dir / "eval" / name / "trajectories"))
+
+    def explain_training(name: str, engine: str, start: dict[str, Any]):
+        sampler = sampler_words(engine, start["policy_version"])
+        return lambda r: train_facts(name, r, sampler, behaviour_in(run_dir / name / "rollout" / "trajectories"))
 
     if params.warm_start is not None:
         warm = params.warm_start
 
         def warm_body() -> dict[str, Any]:
-            return rft(tasks=warm_tasks, model=policy["path"], out=run_dir / "warm-start", repos=repos,
-                       policy_version=policy["policy_version"], rft=RFTParams(samples=warm.samples, agent=warm.agent, train=warm.train,
-                                     # a noisy demonstrator's unfixed runs are the point of it: imitate them too
-                                     require_resolved=warm.agent.demo_give_up == 0),
-                       agent=params.agent, seed=params.seed, tracking=params.tracking, parent_run_id=parent_id, step=0,
-                       container_label=label, stage="warm-start")
+            return rft.with_options(flow_run_name="warm-start")(
+                tasks=warm_tasks, model=policy["path"], out=run_dir / "warm-start", repos=repos,
+                policy_version=policy["policy_version"], rft=RFTParams(samples=warm.samples, agent=warm.agent, train=warm.train,
+                                                                       # a noisy demonstrator's unfixed runs are the point of
+                                                                       # it: imitate them too
+                                                                       require_resolved=warm.agent.demo_give_up == 0),
+                agent=params.agent, seed=params.seed, tracking=params.tracking, parent_run_id=parent_id, step=0,
+                container_label=label, stage="warm-start")
 
-        done = stage("warm-start", warm_body)
+        done = stage("warm-start", warm_body, explain_training("warm-start", warm.agent.engine, policy))
         if not done["trained"]:
             raise RuntimeError(f"the warm start trained nothing: {done['reason']}")
         policy = done["policy"]
 
     if params.eval.evaluate_start:
         policy = stage("start-policy", start_policy) if params.warm_start is None else policy
-        done = stage("eval-start", lambda: eval_body("eval-start", 0, policy))
-        rows.append(_row("start", 0, policy["policy_version"], done["metrics"], done["seconds"]))
+        done = stage("eval-start", lambda: eval_body("eval-start", 0, policy), explain_eval("eval-start"))
+        rows.append(stage_row("start", 0, policy["policy_version"], done["metrics"], done["seconds"]))
         table()
 
     if params.rft.enabled:
         def rft_body() -> dict[str, Any]:
-            result = rft(tasks=tasks, model=policy["path"], out=run_dir / "rft", repos=repos, policy_version=policy["policy_version"],
-                         rft=params.rft, agent=params.agent, seed=params.seed, tracking=params.tracking,
-                         parent_run_id=parent_id, step=1, container_label=label)
+            result = rft.with_options(flow_run_name="rft")(
+                tasks=tasks, model=policy["path"], out=run_dir / "rft", repos=repos, policy_version=policy["policy_version"],
+                rft=params.rft, agent=params.agent, seed=params.seed, tracking=params.tracking, parent_run_id=parent_id, step=1,
+                container_label=label)
             tr.log_metrics(params.tracking, parent_id, result["metrics"], step=1)
             return result
 
-        done = stage("rft", rft_body)
+        done = stage("rft", rft_body, explain_training("rft", (params.rft.agent or params.agent).engine, policy))
         policy = done["policy"] if done["trained"] else policy  # carried forward: keep its registry version
-        evaluated = stage("eval-rft", lambda: eval_body("eval-rft", 1, policy))
-        rows.append(_row("rft", 1, policy["policy_version"], {**done["metrics"], **evaluated["metrics"],
-                                                              "train/trained": float(done["trained"])},
-                         done["seconds"] + evaluated["seconds"]))
+        evaluated = stage("eval-rft", lambda: eval_body("eval-rft", 1, policy), explain_eval("eval-rft"))
+        rows.append(stage_row("rft", 1, policy["policy_version"], {**done["metrics"], **evaluated["metrics"],
+                                                                   "train/trained": float(done["trained"])},
+                              done["seconds"] + evaluated["seconds"]))
         table()
 
     for k in range(1, params.dapo.iterations + 1):
         step = 1 + k
 
         def iter_body(k: int = k, step: int = step, start: dict[str, Any] = policy) -> dict[str, Any]:
-            result = dapo_iteration(tasks=tasks, policy_path=start["path"], policy_version=start["policy_version"], iteration=k,
-                                    out=run_dir / f"iter-{k}", repos=repos, dapo=params.dapo, agent=params.agent,
-                                    seed=params.seed, tracking=params.tracking, parent_run_id=parent_id, step=step,
-                                    container_label=label)
+            result = dapo_iteration.with_options(flow_run_name=f"iter-{k}")(
+                tasks=tasks, policy_path=start["path"], policy_version=start["policy_version"], iteration=k,
+                out=run_dir / f"iter-{k}", repos=repos, dapo=params.dapo, agent=params.agent, seed=params.seed,
+                tracking=params.tracking, parent_run_id=parent_id, step=step, container_label=label)
             tr.log_metrics(params.tracking, parent_id, result["metrics"], step=step)
             return result
 
-        done = stage(f"iter-{k}", iter_body)
+        done = stage(f"iter-{k}", iter_body, explain_training(f"iter-{k}", params.agent.engine, policy))
         policy = done["policy"] if done["trained"] else policy  # carried forward: keep its registry version
-        evaluated = stage(f"eval-iter-{k}", lambda step=step, k=k: eval_body(f"eval-iter-{k}", step, policy))
-        rows.append(_row(f"iter-{k}", step, policy["policy_version"], {**done["metrics"], **evaluated["metrics"],
-                                                                       "train/trained": float(done["trained"])},
-                         done["seconds"] + evaluated["seconds"]))
+        evaluated = stage(f"eval-iter-{k}", lambda step=step, k=k: eval_body(f"eval-iter-{k}", step, policy),
+                          explain_eval(f"eval-iter-{k}"))
+        rows.append(stage_row(f"iter-{k}", step, policy["policy_version"], {**done["metrics"], **evaluated["metrics"],
+                                                                            "train/trained": float(done["trained"])},
+                              done["seconds"] + evaluated["seconds"]))
         table()
 
     curve = plot_curve(params.tracking, parent_id, rows, run_dir / "pass_at_1.png", f"pipeline {params.name}")
+    where = where_to_look(run_dir, parent["url"] or parent_id, params.name)
+    create_markdown_artifact(key=f"summary-{params.name}".lower()[:60], description=f"What pipeline {params.name} did, in words",
+                             markdown=summary_markdown(params.name, facts, where))
+    story = summary_lines(params.name, facts, where)
     summary = {"name": params.name, "run_dir": str(run_dir), "mlflow_run_id": parent_id, "mlflow_url": parent["url"],
-               "final_policy": policy, "stages": rows, "plot": curve}
+               "final_policy": policy, "stages": rows, "plot": curve, "summary": story}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     tr.finish_run(params.tracking, parent_id, summary=summary)
-    for row in rows:
-        p1, sem = row.get("pass_at_1"), row.get("pass_at_1_sem")
-        shown = "-" if p1 is None else f"{p1:.1%}" + ("" if sem is None else f" ± {sem:.1%}")
-        print(f"{row['stage']:>8}  policy {row['policy']:<8} Pass@1 {shown}")
-    print(f"run folder {run_dir}; MLflow parent run {parent_id}" + (f" ({parent['url']})" if parent["url"] else ""))
+    for line in pass_table(rows) + story:
+        say(line)
     return summary
 
 

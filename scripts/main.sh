@@ -13,20 +13,14 @@ $SW up --prefect-port "$PREFECT_PORT" --mlflow-port "$MLFLOW_PORT"
 export PREFECT_API_URL="http://127.0.0.1:$PREFECT_PORT/api" MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"
 # 2. the deployments: pipeline, build-images, evaluate (nightly, the champion)
 .venv/bin/prefect --no-prompt deploy --all --prefect-file deployments/prefect.yaml >/dev/null
-# 3. the whole pipeline, run by the worker: images, validation, the tiny model's evaluation,
-#    RFT, two DAPO iterations, each evaluated
-.venv/bin/prefect deployment run pipeline/pipeline --watch --watch-interval 10
-summary=runs/pipelines/demo/summary.json
-[ -f "$summary" ] && .venv/bin/python - "$summary" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[1]))
-for row in s["stages"]:
-    p1, sem = row.get("pass_at_1"), row.get("pass_at_1_sem")
-    print(f"{row['stage']:>8}  policy {row['policy']:<8}  Pass@1 {p1:.1%} ± {sem:.1%}  trained {row.get('trained', '-')}")
-PY
 cat >&2 <<MSG
 Prefect UI: http://127.0.0.1:$PREFECT_PORT  (Deployments; Runs -> the pipeline's flow run, its subflows and artifacts)
 MLflow UI:  http://127.0.0.1:$MLFLOW_PORT  (experiment "swerl", run "pipeline demo" and its child runs; Models -> swerl-policy)
 Run folder: runs/pipelines/demo (ledger.json, summary.json, eval/, rft/, iter-N/)
 Stop the servers with: $SW down
 MSG
+# 3. the whole pipeline, run by the worker: images, validation, the tiny model's evaluation,
+#    RFT, two DAPO iterations, each evaluated. The follower prints a line per stage saying
+#    what it did, then the run's summary (why the numbers are what they are, where to look);
+#    when the run fails, its last lines are the failed stage's error log and the reason.
+$SW pipeline start --deployment pipeline/pipeline --interval 10

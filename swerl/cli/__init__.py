@@ -256,6 +256,7 @@ def sandbox_reap(everything: bool = typer.Option(False, "--all", help="Remove ev
 from swerl.cli import rollout as _rollout_commands  # noqa: E402,F401  registers `rollout` and `eval` on app
 from swerl.cli.train import train_app  # noqa: E402
 from swerl.cli import pipeline as _pipeline_commands  # noqa: E402,F401  registers `pipeline`
+from swerl.cli import follow as _follow_commands  # noqa: E402,F401  registers `follow`
 from swerl.cli import curriculum as _curriculum_commands  # noqa: E402,F401  registers `curriculum`
 
 app.add_typer(train_app, name="train")

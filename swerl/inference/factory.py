@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -10,7 +11,35 @@ from swerl.inference.base import EngineError, InferenceEngine, SamplingConfig
 EngineName = Literal["hf", "vllm", "openai", "scripted"]
 
 
+def looks_local(name_or_path: str | Path) -> bool:
+    """Whether ``name_or_path`` names a folder on this machine rather than a hub repository.
+
+    Hub ids are ``NAME`` or ``ORG/NAME``; anything absolute, starting with ``.``/``~``, with
+    more than one separator, or whose first part is a folder here (``runs/model``) is a path.
+    """
+    ref = str(name_or_path)
+    if isinstance(name_or_path, Path) or ref.startswith(("/", "~", "./", "../", f".{os.sep}", f"..{os.sep}")):
+        return True
+    parts = ref.replace(os.sep, "/").split("/")
+    if len(parts) > 2 or "" in parts or ref in (".", ".."):
+        return True
+    return len(parts) == 2 and Path(parts[0]).is_dir()
+
+
+def require_local_model(name_or_path: str | Path) -> None:
+    """Fail at once on a local-looking model path that does not exist.
+
+    Without this, transformers takes the path for a hub id and retries the (offline) hub for
+    about a minute before a message that never names the path.
+    """
+    if looks_local(name_or_path) and not Path(name_or_path).expanduser().exists():
+        raise EngineError(f"model path {str(name_or_path)!r} does not exist (looked for {Path(name_or_path).expanduser().resolve()}); "
+                          "give an existing model folder (e.g. from `swerl model init-tiny --out DIR`) or a hub id such as "
+                          "ORG/NAME")
+
+
 def load_tokenizer(name_or_path: str | Path):
+    require_local_model(name_or_path)
     from transformers import AutoTokenizer
 
     try:

@@ -25,6 +25,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig, completion_budget
+from swerl.inference.factory import require_local_model
 from swerl.inference.sampling import draw, sampling_logprobs
 from swerl.inference.weights import load_checkpoint_into
 
@@ -103,6 +104,7 @@ class HFEngine:
         config: HFEngineConfig | None = None,
         policy_version: str = "0",
     ) -> None:
+        require_local_model(model)
         from transformers import AutoModelForCausalLM
 
         self.config = config or HFEngineConfig()

@@ -82,3 +82,28 @@ def train_metrics(steps: Iterable[Mapping[str, Any]]) -> dict[str, float]:
 
 def prefixed(prefix: str, metrics: Mapping[str, float]) -> dict[str, float]:
     return {f"{prefix}/{k}": float(v) for k, v in metrics.items()}
+
+
+# the pipeline's per-stage table: these columns, in this order, where a stage has them
+TABLE_KEYS = ("stage", "step", "policy", "pass_at_1", "pass_at_1_sem", "mean_reward", "solved_fraction",
+              "groups_dropped_fraction", "clip_frac_high", "entropy", "trained", "seconds")
+
+
+def stage_row(stage: str, step: int, policy: str, metrics: Mapping[str, float], seconds: float) -> dict[str, Any]:
+    """One row of the table: the stage's figures whose short name (after ``prefix/``) is a column;
+    the first of two same-named figures wins (the caller lists the evaluation's first)."""
+    row: dict[str, Any] = {"stage": stage, "step": step, "policy": policy, "seconds": round(seconds, 1)}
+    for key, value in metrics.items():
+        short = key.split("/", 1)[-1]
+        if short in TABLE_KEYS and short not in row:
+            row[short] = value
+    return row
+
+
+def table_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every row with every column any row has, in ``TABLE_KEYS`` order (None where a stage has no
+    value; floats to 4 places). Prefect's table artifact shows only the first row's columns, and
+    the start's evaluation has no training columns."""
+    present = {k for row in rows for k in row}
+    columns = [k for k in TABLE_KEYS if k in present] + sorted(present - set(TABLE_KEYS))
+    return [{k: (round(row[k], 4) if isinstance(row.get(k), float) else row.get(k)) for k in columns} for row in rows]

@@ -135,7 +135,8 @@ class EvalParams(BaseModel):
 
     runs: int = Field(2, ge=1, le=1024, description="Independent runs per task (k; the paper: 10).")
     evaluate_start: bool = Field(True, description="Evaluate the starting policy too (the curve's first point).")
-    promote: bool = Field(True, description="Move the `champion` alias to a checkpoint that matches or beats it.")
+    promote: bool = Field(True, description="Move the `champion` alias to an evaluated checkpoint whose Pass@1 is strictly "
+                          "better than the champion's (a tie keeps the champion).")
 
 
 class PipelineParams(BaseModel):
@@ -160,14 +161,19 @@ class PipelineParams(BaseModel):
                                                "start's evaluation (None: start from the model as it is).")
     seed: int = Field(0, ge=0, description="Base seed of sampling and training.")
     agent: AgentParams = Field(default_factory=AgentParams, description="Rollout engine and limits.")
-    rft: RFTParams = Field(default_factory=RFTParams)
-    dapo: DAPOParams = Field(default_factory=DAPOParams)
-    eval: EvalParams = Field(default_factory=EvalParams)
-    tracking: TrackingParams = Field(default_factory=TrackingParams)
+    rft: RFTParams = Field(default_factory=RFTParams, description="Rejection fine-tuning after the start's evaluation.")
+    dapo: DAPOParams = Field(default_factory=DAPOParams, description="The DAPO iterations after RFT.")
+    eval: EvalParams = Field(default_factory=EvalParams, description="How each stage's policy is evaluated.")
+    tracking: TrackingParams = Field(default_factory=TrackingParams, description="Where MLflow records the runs.")
 
     @property
     def run_dir(self) -> Path:
         return self.run_root / self.name
+
+    @property
+    def run_name(self) -> str:
+        """The Prefect flow run's name."""
+        return f"pipeline-{self.name}"
 
     @model_validator(mode="after")
     def _task_sources(self) -> "PipelineParams":
@@ -190,9 +196,12 @@ class EvaluateParams(BaseModel):
     out: Path = Field(Path("runs/evaluations"), description="Each evaluation writes OUT/<label>-<date>/.")
     runs: int = Field(2, ge=1, le=1024, description="Independent runs per task (k).")
     seed: int = Field(0, ge=0, description="Base sampling seed.")
-    agent: AgentParams = Field(default_factory=AgentParams)
-    tracking: TrackingParams = Field(default_factory=TrackingParams)
-    promote: bool = Field(False, description="Move `champion` here when Pass@1 matches or beats the champion's.")
+    agent: AgentParams = Field(default_factory=AgentParams, description="Engine and limits of the evaluation's rollouts.")
+    tracking: TrackingParams = Field(default_factory=TrackingParams, description="Where MLflow records the run; the "
+                                     "registry that `champion`/`candidate` name.")
+    promote: bool = Field(False, description="Move `champion` here when Pass@1 is strictly better than the champion's.")
+    force_promote: bool = Field(False, description="With `promote`: move `champion` here whatever the Pass@1 (a "
+                                "deliberate roll-back or re-baseline).")
 
 
 class BuildImagesParams(BaseModel):
@@ -221,8 +230,8 @@ class RolloutParams(BaseModel):
     seed: int = Field(0, ge=0, description="Base sampling seed.")
     policy_version: str | None = Field(None, description="Recorded on every trajectory (default: the registry's or '0').")
     grade: bool = Field(True, description="Grade each trajectory in a fresh sandbox.")
-    agent: AgentParams = Field(default_factory=AgentParams)
-    tracking: TrackingParams = Field(default_factory=TrackingParams)
+    agent: AgentParams = Field(default_factory=AgentParams, description="Engine and limits of the rollouts.")
+    tracking: TrackingParams = Field(default_factory=TrackingParams, description="The registry that `champion`/`candidate` name.")
 
 
 class GradeParams(BaseModel):

@@ -73,6 +73,34 @@ def test_evaluate_has_an_active_nightly_schedule_for_the_champion(deployed):
     assert schedules[0]["parameters"]["params"]["model"] == "champion"
 
 
+def test_the_deployed_forms_hold_only_described_user_fields(deployed):
+    internal = {"parent_run_id", "stage", "step", "container_label", "policy_version"}
+    for name, deployment in deployed.items():
+        schema = deployment["parameter_openapi_schema"]
+        assert list(schema["properties"]) == ["params"], name
+        fields = dict(schema["properties"])
+        for model, definition in schema.get("definitions", {}).items():
+            fields.update({f"{model}.{k}": v for k, v in definition.get("properties", {}).items()})
+        assert [k for k, v in fields.items() if not v.get("description")] == [], name
+        assert internal & {k.rsplit(".", 1)[-1] for k in fields} == set(), name
+
+
+def test_a_started_pipeline_with_a_missing_model_path_fails_at_once_and_says_why(stack, deployed, tmp_path):
+    params = tmp_path / "p.yaml"
+    params.write_text(f"name: no-model\nrun_root: {tmp_path / 'runs'}\nmodel: ./no/such/model\n")
+    t0 = time.monotonic()
+    # a process of its own: this one's Prefect settings may point at the test harness's server
+    result = subprocess.run([sys.executable, "-m", "swerl.cli", "pipeline", "start", "--params", str(params), "--interval", "1"],
+                            cwd=ROOT, env={**os.environ, **stack}, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert time.monotonic() - t0 < 120  # no image build, no hub retries
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("flow run pipeline-no-model (")
+    assert lines[-1] == (f"pipeline-no-model failed: EngineError: model path './no/such/model' does not exist (looked for "
+                         f"{ROOT / 'no/such/model'}); give an existing model folder (e.g. from `swerl model init-tiny --out "
+                         "DIR`) or a hub id such as ORG/NAME")
+
+
 def test_a_run_request_with_parameters_completes_on_the_worker(stack, deployed, docker_ready, demo, task_slice,
                                                               tiny_model_dir, tmp_path):
     from mlflow import MlflowClient

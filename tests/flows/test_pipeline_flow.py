@@ -216,10 +216,46 @@ def test_prefect_artifacts_hold_the_metric_table_progress_and_lineage(e2e, prefe
     assert [r["stage"] for r in rows] == ["start", "rft", "iter-1", "iter-2"]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     assert all(0.0 <= r["pass_at_1"] <= 1.0 for r in rows)
+    # every row has every column (the UI shows the first row's): the start's training columns are empty
+    assert all(list(r) == list(rows[0]) for r in rows)
+    assert (rows[0]["trained"], rows[1]["trained"]) == (None, 1.0)
+    summary = asyncio.run(latest(f"summary-{NAME}"))
+    assert summary.data.startswith(f"# Pipeline {NAME}\n\n| stage | what happened |\n|---|---|\n| images | ")
+    assert [line.split(" | ")[0] for line in summary.data.splitlines() if line.startswith("| ") and " | " in line][1:] == \
+        ["| images", "| validate", "| eval-start", "| rft", "| eval-rft", "| iter-1", "| eval-iter-1", "| iter-2", "| eval-iter-2"]
+    assert "## Verdict\n\n- Pass@1 per stage: start " in summary.data
     progress = asyncio.run(latest(f"progress-{NAME}"))
     assert float(progress.data) == 100.0
     lineage = asyncio.run(latest(f"lineage-{NAME}"))
     assert "MLflow parent run" in lineage.data
+
+
+def test_the_pipeline_and_its_subflow_runs_are_named_by_stage(e2e, prefect_api):
+    import asyncio
+    import uuid
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    async def names():
+        async with get_client() as client:
+            root = await client.read_flow_run(uuid.UUID(e2e["resumed"]["flow_run_id"]))
+            children = await client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[root.id])),
+                sort=FlowRunSort.START_TIME_ASC)
+            return root.name, [c.name for c in children]
+
+    # the rerun after the kill: the stages the killed run had not finished
+    assert asyncio.run(names()) == (f"pipeline-{NAME}", ["iter-1", "eval-iter-1", "iter-2", "eval-iter-2"])
+
+
+def test_the_run_summary_says_what_each_stage_did(e2e):
+    story = e2e["resumed"]["summary"]["summary"]
+    assert story[0] == f"summary of pipeline {NAME}:"
+    assert story[1].startswith("  Pass@1 per stage: start ")
+    assert story[2].startswith("  The plumbing works: 3 images ready; 3/3 tasks valid (gold patches pass in sandboxes); "
+                               "the scripted policy resolved 3/3 trajectories in rft.")
 
 
 def test_a_standalone_evaluation_of_the_champion_gets_a_run_of_its_own(e2e, mlflow_client, demo, task_slice, tmp_path):

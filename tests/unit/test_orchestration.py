@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from swerl.agent.trajectory import ExitReason, Trajectory
 from swerl.eval.report import build_report
 from swerl.orchestration.ledger import Ledger
-from swerl.orchestration.metrics import eval_metrics, prefixed, rollout_metrics, train_metrics
+from swerl.orchestration.metrics import eval_metrics, prefixed, rollout_metrics, stage_row, table_rows, train_metrics
 from swerl.orchestration.params import PipelineParams
 from swerl.rl.rewards import RewardConfig
 
@@ -77,6 +77,22 @@ def test_train_metrics_average_each_key_over_steps_and_skip_missing_or_nan():
     assert train_metrics(steps) == {"steps": 2.0, "loss": 2.0, "clip_frac_high": 0.1, "entropy": 2.0}
     assert train_metrics([]) == {"steps": 0.0}
     assert prefixed("train", {"loss": 1}) == {"train/loss": 1.0}
+
+
+def test_the_metrics_table_gives_every_row_every_column():
+    # the start's evaluation has no training figures; Prefect's table showed only its columns
+    start = stage_row("start", 0, "0", {"eval/pass_at_1": 0.0, "eval/pass_at_1_sem": 0.0}, 12.34)
+    rft = stage_row("rft", 1, "rft", {"eval/pass_at_1": 0.5, "rollout/mean_reward": 1.0, "rollout/pass_at_1": 0.9,
+                                      "train/entropy": 2.123456, "train/trained": 1.0, "rollout/turns_mean": 4.0}, 60.0)
+    assert rft == {"stage": "rft", "step": 1, "policy": "rft", "seconds": 60.0, "pass_at_1": 0.5, "mean_reward": 1.0,
+                   "entropy": 2.123456, "trained": 1.0}
+    assert table_rows([start, rft]) == [
+        {"stage": "start", "step": 0, "policy": "0", "pass_at_1": 0.0, "pass_at_1_sem": 0.0, "mean_reward": None,
+         "entropy": None, "trained": None, "seconds": 12.3},
+        {"stage": "rft", "step": 1, "policy": "rft", "pass_at_1": 0.5, "pass_at_1_sem": None, "mean_reward": 1.0,
+         "entropy": 2.1235, "trained": 1.0, "seconds": 60.0},
+    ]
+    assert table_rows([]) == []
 
 
 # --- parameters ----------------------------------------------------------------------------

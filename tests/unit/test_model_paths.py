@@ -1,0 +1,48 @@
+"""A model given as a local path that does not exist fails at once, naming the path, before
+any hub call (offline, a hub lookup retries for about a minute and never names the path)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from swerl.inference.base import EngineError
+from swerl.inference.factory import load_tokenizer, looks_local
+
+
+@pytest.mark.parametrize("ref", ["/abs/model", "./model", "../model", "~/model", "runs/pipelines/demo/start-model",
+                                 "org/name/", "."])
+def test_paths_look_local(ref):
+    assert looks_local(ref)
+
+
+@pytest.mark.parametrize("ref", ["gpt2", "Qwen/Qwen2.5-0.5B-Instruct"])
+def test_hub_ids_do_not_look_local(ref):
+    assert not looks_local(ref)
+
+
+def test_a_two_part_name_whose_first_part_is_a_folder_here_is_a_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    assert looks_local("runs/model")
+    assert not looks_local("org/model")
+
+
+def test_a_missing_local_tokenizer_path_fails_at_once_naming_the_path(tmp_path):
+    missing = tmp_path / "no-such-model"
+    t0 = time.monotonic()
+    with pytest.raises(EngineError) as err:
+        load_tokenizer(str(missing))
+    assert time.monotonic() - t0 < 2.0
+    assert str(err.value) == (f"model path {str(missing)!r} does not exist (looked for {missing}); give an existing model "
+                              "folder (e.g. from `swerl model init-tiny --out DIR`) or a hub id such as ORG/NAME")
+
+
+def test_the_hf_engine_refuses_a_missing_local_path_before_loading_anything():
+    from swerl.inference.hf_engine import HFEngine  # imports torch: not part of the timing
+
+    t0 = time.monotonic()
+    with pytest.raises(EngineError, match="model path './nowhere/model' does not exist"):
+        HFEngine("./nowhere/model")
+    assert time.monotonic() - t0 < 2.0
