@@ -41,7 +41,8 @@ from swerl.data.loaders import load_tasks  # noqa: E402
 from swerl.data.task import Task  # noqa: E402
 from swerl.envs import docker_sandbox  # noqa: E402
 from swerl.envs.images import ImageBuilder, ImageConfig  # noqa: E402
-from swerl.grading.grader import GradingConfig, grade_prediction, select_test_files  # noqa: E402
+from swerl.grading.grader import GradingConfig, grade_prediction  # noqa: E402
+from swerl.grading.plan import select_test_files  # noqa: E402
 
 GOAL = 1.5
 

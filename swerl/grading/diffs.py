@@ -6,7 +6,6 @@ configuration, interpreter start-up hooks) are filtered out piece by piece.
 
 from __future__ import annotations
 
-import posixpath
 import re
 from dataclasses import dataclass
 

@@ -10,7 +10,11 @@ never an exception that takes the host down.
 
 from __future__ import annotations
 
+import base64
 import json
+
+from swerl.grading.path_rules import GUARD_LINE
+from swerl.grading.test_user import AUDIT_LINE
 
 REPORT_STATUSES = frozenset({"PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL"})
 CANARY_KINDS = ("must_fail", "must_pass")
@@ -80,3 +84,40 @@ def _event(line: str, number: int) -> dict:
     if event["event"] == "canary" and event["kind"] not in CANARY_KINDS:
         raise MalformedReport(f"event {number}: {event['kind']!r} is not a kind of canary")
     return event
+
+
+def report_from_b64(b64: str) -> dict | None:
+    """pytest's report from the events the grading command printed (base64 of the evidence file)."""
+    try:
+        raw = base64.b64decode(b64.strip(), validate=True)
+    except ValueError:
+        raise MalformedReport("not base64") from None
+    return report_from_events(raw)
+
+
+def guard_verdict(setup_log: str) -> dict | None:
+    """The guard's JSON line from the set-up output (swerl's own output: no code under test has run yet)."""
+    for line in reversed(setup_log.splitlines()):
+        if line.startswith(GUARD_LINE):
+            try:
+                verdict = json.loads(line[len(GUARD_LINE):])
+            except ValueError:
+                return None
+            return verdict if isinstance(verdict, dict) and all(isinstance(verdict.get(k), dict)
+                                                                 for k in ("restored", "removed", "refused")) else None
+    return None
+
+
+def audit_verdict(text: str) -> dict[str, str]:
+    """What the tests planted, from the audit's line: the last one, printed by root once no process of the
+    tests' is left (a line the tests printed comes before it)."""
+    for line in reversed(text.splitlines()):
+        if line.startswith(AUDIT_LINE):
+            try:
+                planted = json.loads(line[len(AUDIT_LINE):])
+            except ValueError:
+                break
+            if isinstance(planted, dict):
+                return {str(k): str(v) for k, v in planted.items()}
+            break
+    raise MalformedReport("the audit of what the tests created did not answer")

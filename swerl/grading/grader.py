@@ -20,17 +20,12 @@ Steps, each in the same new container (network off):
 
 from __future__ import annotations
 
-import base64
 import json
 import re
-import shlex
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from docker.errors import DockerException
@@ -39,24 +34,12 @@ from pydantic import BaseModel, Field
 from swerl.data.task import Task
 from swerl.envs.docker_sandbox import DockerSandbox, DockerSandboxConfig, concurrency_slots
 from swerl.envs.sandbox import RunnerFailed, SandboxError
-from swerl.grading.diffs import DiffParseError, join_diff, split_diff
-from swerl.grading.evidence import MalformedReport, report_from_events
+from swerl.grading.evidence import MalformedReport, audit_verdict, guard_verdict, report_from_b64, report_from_events
 from swerl.grading.judge import judge
-from swerl.grading.log_parsers import LogParser, UnknownLogParserError, get_log_parser
-from swerl.grading.protected import ProtectedPathsConfig, filter_sections
+from swerl.grading.plan import STAGE, Logs, Plan, make_plan
+from swerl.grading.protected import ProtectedPathsConfig
 from swerl.grading.results import FailureClass, GradeResult
-from swerl.grading.tamper_flags import tamper_flags
-from swerl.grading.test_script import (AssetError, Isolation, TestScript, canary_targets, instrumentation, native_script,
-                                      published_script)
-from swerl.grading.test_user import AUDIT_LINE
 
-WORK = "/tmp/swerl-grade"
-STAGE = "@@swerl-stage "
-GUARD = f"{WORK}/swerl_path_rules.py"
-GUARD_LINE = "@@swerl-guard "
-TEST_USER = f"{WORK}/swerl_test_user.py"
-SETUP_FAILED = 97
-INLINE_REPORT_MAX = 1_000_000  # bytes of report printed with the test output (well inside the kept tail)
 SETUP_ALLOWANCE_S = 120.0  # applying patches and restoring files, on top of the tests' own time limit
 
 
@@ -80,187 +63,11 @@ class GradingConfig(BaseModel):
     test_uid: int = Field(54321, ge=1000, le=2**31 - 2, description="The unprivileged user's id in the sandbox.")
 
 
-def changed_by_test_patch(task: Task) -> set[str]:
-    try:
-        return {p for s in split_diff(task.test_patch) for p in s.paths}
-    except DiffParseError:
-        return set()
-
-
-def select_test_files(task: Task) -> list[str]:
-    """Test files given to the test command: those of the test patch and of the listed tests."""
-    files = {p for p in changed_by_test_patch(task) if p.endswith(".py")}
-    for test in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]:
-        head = test.split("::", 1)[0]
-        if "::" in test and head.endswith(".py"):
-            files.add(head)
-    return sorted(files)
-
-
-def _guard_source() -> bytes:
-    return resources.files("swerl.grading").joinpath("path_rules.py").read_bytes()
-
-
-def _guard_verdict(setup_log: str) -> dict | None:
-    """The guard's JSON line from the set-up output (swerl's own output: no code under test has run yet)."""
-    for line in reversed(setup_log.splitlines()):
-        if line.startswith(GUARD_LINE):
-            try:
-                verdict = json.loads(line[len(GUARD_LINE):])
-            except ValueError:
-                return None
-            return verdict if isinstance(verdict, dict) and all(isinstance(verdict.get(k), dict)
-                                                                 for k in ("restored", "removed", "refused")) else None
-    return None
-
-
-def _plugin_source() -> bytes:
-    return resources.files("swerl.grading").joinpath("resources/swerl_pytest_report.py").read_bytes()
-
-
-def _test_user_source() -> bytes:
-    return resources.files("swerl.grading").joinpath("test_user.py").read_bytes()
-
-
-def _audit_verdict(text: str) -> dict[str, str]:
-    """What the tests planted, from the audit's line: the last one, printed by root once no process of the
-    tests' is left (a line the tests printed comes before it)."""
-    for line in reversed(text.splitlines()):
-        if line.startswith(AUDIT_LINE):
-            try:
-                planted = json.loads(line[len(AUDIT_LINE):])
-            except ValueError:
-                break
-            if isinstance(planted, dict):
-                return {str(k): str(v) for k, v in planted.items()}
-            break
-    raise MalformedReport("the audit of what the tests created did not answer")
-
-
 def _safe(name: str) -> str:
     return re.sub(r"[^\w.-]", "_", name)[:120]
 
 
-class _Logs:
-    def __init__(self, root: Path | None):
-        self.root = root
-        if root is not None:
-            root.mkdir(parents=True, exist_ok=True)
-
-    def write(self, name: str, text: str) -> None:
-        if self.root is not None:
-            (self.root / name).write_text(text, errors="replace")
-
-
-@dataclass
-class _Plan:
-    """Everything one grading writes and runs, decided before a container exists."""
-
-    files: dict[str, tuple[bytes | str, int]]
-    command: str
-    tests_line: str
-    report_line: str
-    events_path: str
-    audited: bool
-    script: TestScript
-    parser: LogParser
-    no_patch: bool
-
-
-def _plan(task: Task, patch: str, config: GradingConfig, result: GradeResult, logs: _Logs) -> _Plan | None:
-    """The files and the one command of a grading; None when ``result`` is already final (no sandbox needed)."""
-    try:
-        parser = get_log_parser(task.parser_name)
-    except UnknownLogParserError as e:
-        result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
-        return None
-    no_patch = not (patch or "").strip()  # only reached with run_tests_without_patch: grade_prediction answers the rest
-    base = shlex.quote(task.base_commit)
-    test_files = changed_by_test_patch(task)
-    nonce = uuid.uuid4().hex[:16]
-    files: dict[str, tuple[bytes | str, int]] = {}
-    setup: list[str] = []  # each step prints its stage line first, so a failure says which step it was
-    if not no_patch:
-        try:
-            kept, dropped = filter_sections(split_diff(patch), test_files, config.protected)
-        except DiffParseError as e:
-            result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch is not a valid diff: {e}"
-            return None
-        result.dropped_files = dropped
-        result.tamper_flags = sorted(set(tamper_flags(patch)) | ({"protected_paths"} if dropped else set()))
-        if not kept:
-            result.failure_class = FailureClass.NO_PATCH
-            result.reason = "every file of the patch was dropped: " + "; ".join(f"{p}: {r}" for p, r in dropped.items())
-            if not config.run_tests_without_patch:
-                return None
-        else:
-            applied = join_diff(kept)
-            logs.write("applied.diff", applied)
-            files[f"{WORK}/agent.patch"] = (applied, 0o644)
-            files[GUARD] = (_guard_source(), 0o644)
-            guard_args = {"root": config.sandbox.workdir, "before": f"{WORK}/before-{nonce}.json", "base": task.base_commit,
-                          "test_patch_files": sorted(test_files), "rules": config.protected.model_dump(mode="json")}
-            setup += [
-                f"echo '{STAGE}snapshot'; \"$SWERL_PYTHON\" -I -S {GUARD} {shlex.quote(json.dumps({**guard_args, 'mode': 'snapshot'}))}",
-                f"echo '{STAGE}apply'; if git apply --verbose --whitespace=nowarn {WORK}/agent.patch; then echo '@@via git apply'; "
-                f"elif patch --dry-run --batch --fuzz=5 -p1 -i {WORK}/agent.patch >/dev/null && "
-                f"patch --batch --fuzz=5 -p1 --no-backup-if-mismatch -i {WORK}/agent.patch; then echo '@@via patch'; "
-                "else exit 1; fi",
-                # judge what changed in the container, whatever the diff reader believed
-                f"echo '{STAGE}guard'; \"$SWERL_PYTHON\" -I -S {GUARD} {shlex.quote(json.dumps({**guard_args, 'mode': 'guard'}))}",
-            ]
-    restore = " ".join(shlex.quote(p) for p in sorted(test_files))
-    if restore:
-        setup.append(
-            f"echo '{STAGE}restore'; for f in {restore}; do if git cat-file -e {base}:\"$f\" 2>/dev/null; then "
-            f"git checkout -q {base} -- \"$f\" || exit 1; else rm -rf -- \"$f\" || exit 1; fi; done"
-        )
-    if task.test_patch.strip():
-        # a published eval_script applies the test patch itself; checking first tells a broken task apart
-        files[f"{WORK}/test.patch"] = (task.test_patch, 0o644)
-        check = "--check" if task.eval_script else ""
-        setup.append(f"echo '{STAGE}test_patch'; git apply --verbose {check} {WORK}/test.patch || exit 1")
-
-    # the tests' user may create files in the repository but change none of root's; pytest's events
-    # reach a folder only root can open
-    isolation = Isolation(TEST_USER, f"{WORK}/evidence-{nonce}", f"/tmp/swerl-home-{nonce}",
-                          config.test_uid if config.test_user else None)
-    files[TEST_USER] = (_test_user_source(), 0o644)
-    lockdown = {"root": config.sandbox.workdir, "uid": isolation.uid, "home": isolation.home, "evidence": isolation.evidence}
-    setup.append(f"echo '{STAGE}lockdown'; \"$SWERL_PYTHON\" -I -S {TEST_USER} lockdown {shlex.quote(json.dumps(lockdown))}")
-    plugin_dir = f"{WORK}/plug-{nonce}"
-    # canary copies carry a random suffix: a payload cannot tell them from the real tests by name
-    exports = instrumentation(plugin_dir, f"swerl_report_{nonce}",
-                              canary_targets(task, uuid.uuid4().hex[:6]) if config.canaries else None)
-    workdir = config.sandbox.workdir
-    try:
-        script = (published_script(task, exports, isolation, workdir) if task.eval_script
-                  else native_script(task, select_test_files(task), workdir, exports, isolation))
-    except AssetError as e:
-        result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
-        return None
-    script_path, tests_line, report_line = f"{WORK}/eval-{nonce}.sh", f"{STAGE}tests-{nonce}", f"{STAGE}report-{nonce}"
-    files.update({f"{plugin_dir}/swerl_report_{nonce}.py": (_plugin_source(), 0o644), script_path: (script.text, 0o755),
-                  **{p: (d, 0o644) for p, d in script.files.items()}})
-    logs.write("eval.sh", script.text)
-    wd = shlex.quote(workdir)
-    events = f"{isolation.evidence}/events"
-    # set-up, tests and the report in one exec. The tests line (with this run's nonce) is printed only
-    # once the set-up succeeded, before any code under test runs, so what precedes it is swerl's own output
-    command = "\n".join([
-        *(f"( cd {wd} && {step} ) || exit {SETUP_FAILED}" for step in setup),
-        f"echo '{tests_line}'",
-        f"( cd {wd} && bash {script_path} ); swerl_rc=$?",
-        # by now no process of the tests' is left (the script killed them); the evidence comes back in
-        # the same answer unless it is large (then it is read as a file)
-        f"echo; echo '{report_line}'; [ \"$(stat -c %s {events} 2>/dev/null || echo 0)\" -lt {INLINE_REPORT_MAX} ] "
-        f"&& base64 -w0 {events}; echo",
-        "exit $swerl_rc",
-    ])
-    return _Plan(files, command, tests_line, report_line, events, isolation.uid is not None, script, parser, no_patch)
-
-
-def _grade_in(sandbox: DockerSandbox, task: Task, plan: _Plan, config: GradingConfig, logs: _Logs,
+def _grade_in(sandbox: DockerSandbox, task: Task, plan: Plan, config: GradingConfig, logs: Logs,
               result: GradeResult) -> GradeResult:
     run = sandbox.exec(plan.command, timeout=config.test_timeout_s + SETUP_ALLOWANCE_S)
     head, sep, tests_output = run.output.partition(plan.tests_line + "\n")
@@ -273,7 +80,7 @@ def _grade_in(sandbox: DockerSandbox, task: Task, plan: _Plan, config: GradingCo
             result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch does not apply: {head[-800:]}"
             return result
         if stage == "guard":
-            verdict = _guard_verdict(head)
+            verdict = guard_verdict(head)
             if verdict is None or not verdict["refused"]:  # the guard itself failed: swerl's problem, not the patch's
                 raise SandboxError(f"the path guard failed (exit {run.exit_code}): {head[-500:]}")
             refused = verdict["refused"]
@@ -288,7 +95,7 @@ def _grade_in(sandbox: DockerSandbox, task: Task, plan: _Plan, config: GradingCo
         raise SandboxError(f"grading set-up failed at {stage or 'start'} (exit {run.exit_code}): {head[-500:]}")
     if "@@via" in head:
         result.applied_with = "patch" if "@@via patch" in head else "git apply"
-    guarded = _guard_verdict(head)
+    guarded = guard_verdict(head)
     if guarded is not None:
         for path, reason in {**guarded["restored"], **guarded["removed"]}.items():
             result.dropped_files[path] = f"changed in the container although protected ({reason}); put back"
@@ -308,7 +115,7 @@ def _grade_in(sandbox: DockerSandbox, task: Task, plan: _Plan, config: GradingCo
     script = plan.script
     if plan.audited:
         try:
-            planted = _audit_verdict(tests_output)
+            planted = audit_verdict(tests_output)
         except MalformedReport as e:
             raise SandboxError(str(e)) from None  # root's own step: the tests cannot stop it
         if planted:
@@ -319,7 +126,7 @@ def _grade_in(sandbox: DockerSandbox, task: Task, plan: _Plan, config: GradingCo
     report = None
     if script.runs_pytest:
         try:
-            report = _report_from(report_b64) if report_b64.strip() else _read_report(sandbox, plan.events_path)
+            report = report_from_b64(report_b64) if report_b64.strip() else _read_report(sandbox, plan.events_path)
         except MalformedReport as e:
             result.failure_class, result.log_valid = FailureClass.TAMPERED, False
             result.reason = f"pytest's evidence holds something the plugin never sends: {e}"
@@ -351,15 +158,6 @@ def _collection_tracebacks(errors: list) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _report_from(b64: str) -> dict | None:
-    """pytest's report from the events the grading command printed (base64 of the evidence file)."""
-    try:
-        raw = base64.b64decode(b64.strip(), validate=True)
-    except ValueError:
-        raise MalformedReport("not base64") from None
-    return report_from_events(raw)
-
-
 def _read_report(sandbox: DockerSandbox, path: str) -> dict | None:
     """The events read from the sandbox (too large to print); None when there are none."""
     try:
@@ -376,7 +174,7 @@ def grade_prediction(task: Task, patch: str | None, image: str, config: GradingC
                      log_subdir: str | None = None) -> GradeResult:
     """Grade ``patch`` for ``task`` in a fresh sandbox of ``image``; never raises for bad input."""
     start = time.monotonic()
-    logs = _Logs(config.log_dir / task.instance_id / (log_subdir or _safe(model_name or "prediction"))
+    logs = Logs(config.log_dir / task.instance_id / (log_subdir or _safe(model_name or "prediction"))
                  if config.log_dir else None)
     logs.write("patch.diff", patch or "")
     if not (patch or "").strip() and not config.run_tests_without_patch:
@@ -405,10 +203,10 @@ def grade_prediction(task: Task, patch: str | None, image: str, config: GradingC
 
 
 def _attempt(task: Task, patch: str, image: str, config: GradingConfig, slots: threading.BoundedSemaphore | None,
-             logs: _Logs) -> GradeResult:
+             logs: Logs) -> GradeResult:
     """One grading in one fresh sandbox; raises SandboxError (RunnerFailed while the tests ran) on infrastructure."""
     result = GradeResult(instance_id=task.instance_id, resolved=False, image=image)
-    plan = _plan(task, patch, config, result, logs)
+    plan = make_plan(task, patch, config, result, logs)
     if plan is None:  # decided without running anything: a bad diff, every file dropped, a broken task
         return result
     with DockerSandbox(image, config.sandbox, slots=slots, base_commit=task.base_commit, preload=plan.files) as sandbox:
@@ -425,7 +223,7 @@ def _blame(task: Task, image: str, config: GradingConfig, slots: threading.Bound
     """The runner died twice while this patch's tests ran: the patch did it, unless the tests without it do too."""
     try:
         _attempt(task, "", image, config.model_copy(update={"run_tests_without_patch": True, "log_dir": None}), slots,
-                 _Logs(None))
+                 Logs(None))
     except (SandboxError, DockerException, OSError) as e:
         failed.reason += f"; the tests without the patch failed the same way ({type(e).__name__}), so it is the infrastructure"
         return failed

@@ -41,6 +41,7 @@ METADATA_SUFFIXES = (".egg-info", ".dist-info", ".egg-link", ".egg")
 STARTUP_MODULES = ("sitecustomize", "usercustomize")
 IMPORT_ROOTS = ("", "src")
 MODULE_SUFFIXES = (".py", ".pyc", ".so", ".pyd", ".pth")
+GUARD_LINE = "@@swerl-guard "  # the guard's verdict: one JSON line after it
 
 
 def safe_relative_path(path: str) -> bool:
@@ -161,7 +162,7 @@ def main(argv) -> int:
         snapshot(args["root"], args["before"])
         return 0
     verdict = guard(args["root"], args["before"], args["base"], set(args["test_patch_files"]), args["rules"])
-    print("@@swerl-guard " + json.dumps(verdict, sort_keys=True))
+    print(GUARD_LINE + json.dumps(verdict, sort_keys=True))
     return 3 if verdict["refused"] else 0
 
 

@@ -20,7 +20,8 @@ import uuid
 import pytest
 
 from swerl.envs.docker_sandbox import DockerSandbox, DockerSandboxConfig
-from swerl.grading.grader import GradingConfig, grade_prediction, select_test_files
+from swerl.grading.grader import GradingConfig, grade_prediction
+from swerl.grading.plan import select_test_files
 from swerl.grading.results import FailureClass
 from tests.support.pypi_tasks import IDNA, TASK_SPECS, TOOLZ, parse_pytest_log, publish
 

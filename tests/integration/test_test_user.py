@@ -9,7 +9,7 @@ import shlex
 import pytest
 
 from swerl.envs.docker_sandbox import DockerSandbox, DockerSandboxConfig, running_containers
-from swerl.grading.grader import _test_user_source
+from swerl.grading.plan import test_user_source
 
 pytestmark = pytest.mark.docker
 
@@ -47,7 +47,7 @@ def test_the_tests_user_can_create_files_but_reach_nothing_of_roots(demo_tasks, 
     task = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[0]
     test_file = "/testbed/" + task.FAIL_TO_PASS[0].split("::")[0]
     lockdown = json.dumps({"root": "/testbed", "uid": UID, "home": "/tmp/swerl-home-t", "evidence": "/tmp/swerl-grade/evidence-t"})
-    files = {HELPER: (_test_user_source(), 0o644), "/tmp/swerl-grade/test.patch": (b"patch", 0o644),
+    files = {HELPER: (test_user_source(), 0o644), "/tmp/swerl-grade/test.patch": (b"patch", 0o644),
              "/tmp/swerl-grade/probes.py": (PROBES.encode(), 0o644)}
     config = DockerSandboxConfig(run_id=run_id, sweep_after_exec=True)
     with DockerSandbox(demo_images[task.instance_id], config, preload=files) as box:
@@ -75,7 +75,7 @@ def test_finish_leaves_no_process_of_the_tests_user(demo_tasks, demo_images, run
     task = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[0]
     lockdown = json.dumps({"root": "/testbed", "uid": UID, "home": "/tmp/h", "evidence": "/tmp/swerl-grade/ev"})
     config = DockerSandboxConfig(run_id=run_id)  # no sweep: finish alone must do it
-    with DockerSandbox(demo_images[task.instance_id], config, preload={HELPER: (_test_user_source(), 0o644)}) as box:
+    with DockerSandbox(demo_images[task.instance_id], config, preload={HELPER: (test_user_source(), 0o644)}) as box:
         assert box.exec(f'"$SWERL_PYTHON" -I -S {HELPER} lockdown {shlex.quote(lockdown)}', timeout=60).exit_code == 0
         spawn = ("setsid env -i sh -c 'exec sleep 600' >/dev/null 2>&1 < /dev/null & "
                  "setsid env -i sh -c 'exec sleep 600' >/dev/null 2>&1 < /dev/null & sleep 0.5")

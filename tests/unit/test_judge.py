@@ -1,7 +1,7 @@
 """Resolution rules: swebench's grading on the log, pytest's own report on top (no Docker)."""
 
 from swerl.data.task import Task
-from swerl.grading.grader import select_test_files
+from swerl.grading.plan import select_test_files
 from swerl.grading.judge import judge
 from swerl.grading.log_parsers import get_log_parser
 from swerl.grading.test_ids import group_by_parser_form, lookup, parser_form

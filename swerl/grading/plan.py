@@ -1,0 +1,182 @@
+"""What one grading writes into its sandbox and the one command it runs there, decided before a
+container exists: snapshot, apply, guard, restore the tests, test patch, lock-down, the tests
+between SWE-bench's markers as the test user, and pytest's evidence printed back."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import uuid
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from swerl.data.task import Task
+from swerl.grading.diffs import DiffParseError, join_diff, split_diff
+from swerl.grading.log_parsers import LogParser, UnknownLogParserError, get_log_parser
+from swerl.grading.protected import filter_sections
+from swerl.grading.results import FailureClass, GradeResult
+from swerl.grading.tamper_flags import tamper_flags
+from swerl.grading.test_script import (AssetError, Isolation, TestScript, canary_targets, instrumentation, native_script,
+                                      published_script)
+
+if TYPE_CHECKING:
+    from swerl.grading.grader import GradingConfig
+
+WORK = "/tmp/swerl-grade"
+STAGE = "@@swerl-stage "
+GUARD = f"{WORK}/swerl_path_rules.py"
+TEST_USER = f"{WORK}/swerl_test_user.py"
+SETUP_FAILED = 97
+INLINE_REPORT_MAX = 1_000_000  # bytes of report printed with the test output (well inside the kept tail)
+
+
+def changed_by_test_patch(task: Task) -> set[str]:
+    try:
+        return {p for s in split_diff(task.test_patch) for p in s.paths}
+    except DiffParseError:
+        return set()
+
+
+def select_test_files(task: Task) -> list[str]:
+    """Test files given to the test command: those of the test patch and of the listed tests."""
+    files = {p for p in changed_by_test_patch(task) if p.endswith(".py")}
+    for test in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]:
+        head = test.split("::", 1)[0]
+        if "::" in test and head.endswith(".py"):
+            files.add(head)
+    return sorted(files)
+
+
+def guard_source() -> bytes:
+    return resources.files("swerl.grading").joinpath("path_rules.py").read_bytes()
+
+
+def plugin_source() -> bytes:
+    return resources.files("swerl.grading").joinpath("resources/swerl_pytest_report.py").read_bytes()
+
+
+def test_user_source() -> bytes:
+    return resources.files("swerl.grading").joinpath("test_user.py").read_bytes()
+
+
+class Logs:
+    """Where one grading's patch, script, logs and result are kept (nowhere when ``root`` is None)."""
+
+    def __init__(self, root: Path | None):
+        self.root = root
+        if root is not None:
+            root.mkdir(parents=True, exist_ok=True)
+
+    def write(self, name: str, text: str) -> None:
+        if self.root is not None:
+            (self.root / name).write_text(text, errors="replace")
+
+
+@dataclass
+class Plan:
+    """Everything one grading writes and runs, decided before a container exists."""
+
+    files: dict[str, tuple[bytes | str, int]]
+    command: str
+    tests_line: str
+    report_line: str
+    events_path: str
+    audited: bool
+    script: TestScript
+    parser: LogParser
+    no_patch: bool
+
+
+def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult, logs: Logs) -> Plan | None:
+    """The files and the one command of a grading; None when ``result`` is already final (no sandbox needed)."""
+    try:
+        parser = get_log_parser(task.parser_name)
+    except UnknownLogParserError as e:
+        result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
+        return None
+    no_patch = not (patch or "").strip()  # only reached with run_tests_without_patch: grade_prediction answers the rest
+    base = shlex.quote(task.base_commit)
+    test_files = changed_by_test_patch(task)
+    nonce = uuid.uuid4().hex[:16]
+    files: dict[str, tuple[bytes | str, int]] = {}
+    setup: list[str] = []  # each step prints its stage line first, so a failure says which step it was
+    if not no_patch:
+        try:
+            kept, dropped = filter_sections(split_diff(patch), test_files, config.protected)
+        except DiffParseError as e:
+            result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch is not a valid diff: {e}"
+            return None
+        result.dropped_files = dropped
+        result.tamper_flags = sorted(set(tamper_flags(patch)) | ({"protected_paths"} if dropped else set()))
+        if not kept:
+            result.failure_class = FailureClass.NO_PATCH
+            result.reason = "every file of the patch was dropped: " + "; ".join(f"{p}: {r}" for p, r in dropped.items())
+            if not config.run_tests_without_patch:
+                return None
+        else:
+            applied = join_diff(kept)
+            logs.write("applied.diff", applied)
+            files[f"{WORK}/agent.patch"] = (applied, 0o644)
+            files[GUARD] = (guard_source(), 0o644)
+            guard_args = {"root": config.sandbox.workdir, "before": f"{WORK}/before-{nonce}.json", "base": task.base_commit,
+                          "test_patch_files": sorted(test_files), "rules": config.protected.model_dump(mode="json")}
+            setup += [
+                f"echo '{STAGE}snapshot'; \"$SWERL_PYTHON\" -I -S {GUARD} {shlex.quote(json.dumps({**guard_args, 'mode': 'snapshot'}))}",
+                f"echo '{STAGE}apply'; if git apply --verbose --whitespace=nowarn {WORK}/agent.patch; then echo '@@via git apply'; "
+                f"elif patch --dry-run --batch --fuzz=5 -p1 -i {WORK}/agent.patch >/dev/null && "
+                f"patch --batch --fuzz=5 -p1 --no-backup-if-mismatch -i {WORK}/agent.patch; then echo '@@via patch'; "
+                "else exit 1; fi",
+                # judge what changed in the container, whatever the diff reader believed
+                f"echo '{STAGE}guard'; \"$SWERL_PYTHON\" -I -S {GUARD} {shlex.quote(json.dumps({**guard_args, 'mode': 'guard'}))}",
+            ]
+    restore = " ".join(shlex.quote(p) for p in sorted(test_files))
+    if restore:
+        setup.append(
+            f"echo '{STAGE}restore'; for f in {restore}; do if git cat-file -e {base}:\"$f\" 2>/dev/null; then "
+            f"git checkout -q {base} -- \"$f\" || exit 1; else rm -rf -- \"$f\" || exit 1; fi; done"
+        )
+    if task.test_patch.strip():
+        # a published eval_script applies the test patch itself; checking first tells a broken task apart
+        files[f"{WORK}/test.patch"] = (task.test_patch, 0o644)
+        check = "--check" if task.eval_script else ""
+        setup.append(f"echo '{STAGE}test_patch'; git apply --verbose {check} {WORK}/test.patch || exit 1")
+
+    # the tests' user may create files in the repository but change none of root's; pytest's events
+    # reach a folder only root can open
+    isolation = Isolation(TEST_USER, f"{WORK}/evidence-{nonce}", f"/tmp/swerl-home-{nonce}",
+                          config.test_uid if config.test_user else None)
+    files[TEST_USER] = (test_user_source(), 0o644)
+    lockdown = {"root": config.sandbox.workdir, "uid": isolation.uid, "home": isolation.home, "evidence": isolation.evidence}
+    setup.append(f"echo '{STAGE}lockdown'; \"$SWERL_PYTHON\" -I -S {TEST_USER} lockdown {shlex.quote(json.dumps(lockdown))}")
+    plugin_dir = f"{WORK}/plug-{nonce}"
+    # canary copies carry a random suffix: a payload cannot tell them from the real tests by name
+    exports = instrumentation(plugin_dir, f"swerl_report_{nonce}",
+                              canary_targets(task, uuid.uuid4().hex[:6]) if config.canaries else None)
+    workdir = config.sandbox.workdir
+    try:
+        script = (published_script(task, exports, isolation, workdir) if task.eval_script
+                  else native_script(task, select_test_files(task), workdir, exports, isolation))
+    except AssetError as e:
+        result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
+        return None
+    script_path, tests_line, report_line = f"{WORK}/eval-{nonce}.sh", f"{STAGE}tests-{nonce}", f"{STAGE}report-{nonce}"
+    files.update({f"{plugin_dir}/swerl_report_{nonce}.py": (plugin_source(), 0o644), script_path: (script.text, 0o755),
+                  **{p: (d, 0o644) for p, d in script.files.items()}})
+    logs.write("eval.sh", script.text)
+    wd = shlex.quote(workdir)
+    events = f"{isolation.evidence}/events"
+    # set-up, tests and the report in one exec. The tests line (with this run's nonce) is printed only
+    # once the set-up succeeded, before any code under test runs, so what precedes it is swerl's own output
+    command = "\n".join([
+        *(f"( cd {wd} && {step} ) || exit {SETUP_FAILED}" for step in setup),
+        f"echo '{tests_line}'",
+        f"( cd {wd} && bash {script_path} ); swerl_rc=$?",
+        # by now no process of the tests' is left (the script killed them); the evidence comes back in
+        # the same answer unless it is large (then it is read as a file)
+        f"echo; echo '{report_line}'; [ \"$(stat -c %s {events} 2>/dev/null || echo 0)\" -lt {INLINE_REPORT_MAX} ] "
+        f"&& base64 -w0 {events}; echo",
+        "exit $swerl_rc",
+    ])
+    return Plan(files, command, tests_line, report_line, events, isolation.uid is not None, script, parser, no_patch)
