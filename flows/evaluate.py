@@ -7,14 +7,31 @@ import re
 from pathlib import Path
 from typing import Any
 
-from prefect import flow
+from prefect import flow, task
 
 from flows._hooks import HOOKS
+from swerl.orchestration import recording
 from swerl.orchestration.inputs import task_inputs
 from swerl.orchestration.metrics import eval_metrics, prefixed
-from swerl.orchestration.params import EvaluateParams
+from swerl.orchestration.params import EvaluateParams, TrackingParams
 from tasks import tracking as tr
+from tasks.common import tracker
 from tasks.rollout import evaluate_task
+from tasks.tracking import _RETRY
+
+
+@task(name="mlflow-link-policy", **_RETRY)
+def link_policy(tracking: TrackingParams, run_id: str, path: str, registered_version: str | None) -> str:
+    """The evaluated policy as the run's model input (a folder or hub name gets a logged model)."""
+    return recording.link_policy(tracker(tracking), run_id, path, registered_version)
+
+
+@task(name="mlflow-log-evaluation", **_RETRY)
+def log_evaluation(tracking: TrackingParams, run_id: str, model_id: str, metrics: dict[str, float], step: int | None,
+                   dataset: tuple[str, str], registered_version: str | None, pass_at_1: float) -> None:
+    """The scores on the run and on the evaluated model (linked to the task set), Pass@1 on its version."""
+    recording.log_evaluation(tracker(tracking), run_id, model_id, metrics, step=step, dataset=dataset,
+                             registered_version=registered_version, pass_at_1=pass_at_1)
 
 
 def _label(model: str) -> str:
@@ -22,9 +39,20 @@ def _label(model: str) -> str:
 
 
 @flow(name="evaluate", log_prints=True, **HOOKS)
-def evaluate(params: EvaluateParams = EvaluateParams(), parent_run_id: str | None = None, stage: str | None = None,
-             step: int | None = None, out: Path | None = None, container_label: str | None = None,
-             policy_version: str | None = None) -> dict[str, Any]:
+def evaluate(params: EvaluateParams = EvaluateParams()) -> dict[str, Any]:
+    """Pass@1 (mean ± SEM over k runs) and Pass@k of one policy, recorded in MLflow; may move `champion`.
+
+    Args:
+        params: The policy (a folder, a hub id or a registry alias), the tasks, k runs per task and the agent's limits.
+    """
+    # the deployed form: only what a user sets; a pipeline's wiring goes through evaluate_stage
+    return evaluate_stage.fn(params)
+
+
+@flow(name="evaluate", log_prints=True, **HOOKS)
+def evaluate_stage(params: EvaluateParams = EvaluateParams(), parent_run_id: str | None = None, stage: str | None = None,
+                   step: int | None = None, out: Path | None = None, container_label: str | None = None,
+                   policy_version: str | None = None) -> dict[str, Any]:
     """Evaluate ``params.model`` on ``params.tasks``; record metrics in MLflow and a Prefect artifact.
 
     Standalone (a UI run, the nightly schedule) it writes ``OUT/<label>-<UTC time>-<flow run id>/``; in a
@@ -43,6 +71,7 @@ def evaluate(params: EvaluateParams = EvaluateParams(), parent_run_id: str | Non
     folder = out or params.out / f"{_label(params.model)}-{stamp}"
     run_id = tr.stage_run(params.tracking, parent_run_id, label, standalone_id=f"evaluate {folder.name}",
                           params={"model": params.model, "checkpoint": policy["path"], "runs": params.runs, "tasks": str(tasks)})
+    model_id = link_policy(params.tracking, run_id, policy["path"], policy["registered_version"])
     from flows.rollout import rollout_stage
 
     stage_cfg = rollout_stage(tasks=tasks, repos=repos, model=policy["path"], out=folder, samples=params.runs, seed=params.seed,
@@ -51,13 +80,15 @@ def evaluate(params: EvaluateParams = EvaluateParams(), parent_run_id: str | Non
     record = evaluate_task.with_options(timeout_seconds=params.agent.timeout_s)(stage_cfg)
     report = record["report"]
     metrics = eval_metrics(tr_report(report))
-    tr.log_lineage(params.tracking, run_id, tasks=tasks, tasks_name="eval-tasks", tasks_context="evaluation",
-                   trajectories=Path(record["store"]), trajectories_name=f"{label}-trajectories",
-                   trajectories_context="evaluation", count=report["tasks"] * report["runs"])
-    tr.log_metrics(params.tracking, run_id, prefixed("eval", metrics), step=step)
+    digests = tr.log_lineage(params.tracking, run_id, tasks=tasks, tasks_name="eval-tasks", tasks_context="evaluation",
+                             trajectories=Path(record["store"]), trajectories_name=f"{label}-trajectories",
+                             trajectories_context="evaluation", count=report["tasks"] * report["runs"])
+    log_evaluation(params.tracking, run_id, model_id, prefixed("eval", metrics), step=step,
+                   dataset=("eval-tasks", digests["tasks"]), registered_version=policy["registered_version"],
+                   pass_at_1=report["pass_at_1"])
     promoted = None
     if params.promote and policy["registered_version"]:
-        promoted = tr.promote(params.tracking, policy["registered_version"], report["pass_at_1"])
+        promoted = tr.promote(params.tracking, policy["registered_version"], report["pass_at_1"], force=params.force_promote)
     tr.finish_run(params.tracking, run_id, summary={"eval": report, "checkpoint": policy["path"], "promoted": promoted})
     rows = [{"k": int(k), "pass_at_k": round(v, 4)} for k, v in sorted(report["pass_at_k"].items(), key=lambda kv: int(kv[0]))]
     create_table_artifact(key=f"eval-{_label(label).lower()}"[:60], table=rows,
@@ -69,7 +100,7 @@ def evaluate(params: EvaluateParams = EvaluateParams(), parent_run_id: str | Non
                  + (f"; champion moved: {promoted}" if promoted is not None else ""))
     print(f"Pass@1 = {report['pass_at_1']:.1%} ± {report['pass_at_1_sem']:.1%} ({report['runs']} runs, {report['tasks']} tasks)")
     return {"report": report, "metrics": metrics, "run_id": run_id, "out": str(folder), "promoted": promoted,
-            "checkpoint": policy["path"]}
+            "checkpoint": policy["path"], "model_id": model_id}
 
 
 def tr_report(report: dict[str, Any]):

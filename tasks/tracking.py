@@ -82,8 +82,8 @@ def resolve_policy(tracking: TrackingParams, model: str) -> dict[str, Any]:
 
 
 @task(name="promote-champion", **_RETRY)
-def promote(tracking: TrackingParams, version: str, pass_at_1: float) -> bool:
-    return recording.promote_if_better(tracker(tracking), version, pass_at_1)
+def promote(tracking: TrackingParams, version: str, pass_at_1: float, force: bool = False) -> bool:
+    return recording.promote_if_better(tracker(tracking), version, pass_at_1, force=force)
 
 
 @task(name="mlflow-finish-run", **_RETRY)

@@ -12,7 +12,16 @@ making new ones:
 * a dataset input is written once per (name, digest) and run (MLflow dedupes it);
 * a checkpoint folder becomes one logged model per (run, folder, content digest), recording
   the folder's path and digest, its weights copied only with ``log_weights``;
-* a logged model is registered once; aliases move to the version they are set on.
+* a logged model is registered once; aliases move to the version they are set on;
+* a model a run used (the policy it evaluated or started training from) is one model input
+  per (run, model); a folder or hub name that was never logged gets one external logged
+  model, found again by content digest or name;
+* a model's metrics are written once per (run, key, step), linked to the dataset measured on.
+
+Lineage thus lives in MLflow's own links, walkable in the UI and with ``MlflowClient``: a
+training run's dataset inputs (task set, images, trajectories) and model input (start
+policy) -> its logged model output (``source_run_id``; metrics on the trajectories) -> the
+registered version -> the evaluation run whose model input it is (metrics on the task set).
 
 Everything goes through one ``MlflowClient`` bound to the configured URI, never the global
 ``mlflow`` state, so threads and processes with different settings can log side by side.
@@ -44,6 +53,7 @@ from mlflow.entities import (
     DatasetInput,
     InputTag,
     LoggedModel,
+    LoggedModelInput,
     LoggedModelOutput,
     LoggedModelStatus,
     Metric,
@@ -76,6 +86,8 @@ TAG_CHECKPOINT_PATH = "swerl.checkpoint_path"
 TAG_CHECKPOINT_DIGEST = "swerl.checkpoint_digest"
 TAG_STEP = "swerl.step"
 TAG_MODEL_ID = "swerl.model_id"
+# A model known by name only (a hub id, an endpoint's model): what identifies it
+TAG_MODEL_REF = "swerl.model_ref"
 # The full digest of a dataset input: MLflow's own digest column holds 36 characters
 INPUT_TAG_DIGEST = "swerl.digest"
 MODEL_TYPE = "hf-checkpoint"
@@ -126,6 +138,10 @@ def _param_str(value: Any) -> str:
 def _chunks(items: list, size: int) -> Iterator[list]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
+
+
+def _input_tags(dataset_input: DatasetInput) -> dict[str, str]:
+    return {t.key: t.value for t in dataset_input.tags}
 
 
 def _now_ms() -> int:
@@ -260,6 +276,16 @@ class Tracker:
             raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}, got {status!r}")
         self.client.set_terminated(run_id, status=status)
 
+    def end_runs(self, tags: Mapping[str, str], status: str) -> list[str]:
+        """End every RUNNING run of the experiment that carries ``tags`` as ``status`` (what a
+        failed or cancelled flow does with the runs it opened); returns their ids."""
+        if status not in RUN_STATUSES:
+            raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}, got {status!r}")
+        running = self._search([self.experiment_id], f"{_tag_filter(tags)} AND attributes.status = 'RUNNING'")
+        for run in running:
+            self.client.set_terminated(run.info.run_id, status=status)
+        return [run.info.run_id for run in running]
+
     def child_runs(self, parent_run_id: str) -> list[Run]:
         """The runs whose parent is ``parent_run_id``, oldest first."""
         experiment_id = self.client.get_run(parent_run_id).info.experiment_id
@@ -338,7 +364,7 @@ class Tracker:
     def log_checkpoint(
         self, run_id: str, checkpoint_dir: Path, *, name: str, step: int | None = None,
         params: Mapping[str, Any] | None = None, metrics: Mapping[str, float | None] | None = None,
-        tags: Mapping[str, Any] | None = None,
+        tags: Mapping[str, Any] | None = None, dataset: tuple[str, str] | None = None,
     ) -> str:
         """A logged model for a Hugging Face checkpoint folder, produced by ``run_id``.
 
@@ -347,7 +373,9 @@ class Tracker:
         ``log_weights`` the folder's top-level files (the model, not ``trainer_state/``) are
         copied into its artifacts, otherwise it has none and is tagged external. ``metrics``
         are logged on the model; MLflow puts them in the run's history at ``step`` too, unless
-        the run already has that value there. The model is an output of the run at ``step``.
+        the run already has that value there; ``dataset`` = (name, digest) of one of the run's
+        dataset inputs links them to it (the trajectories a training loss was measured on).
+        The model is an output of the run at ``step``.
         Logging the same folder with the same content from the same run again returns the
         same model id; new content in the folder makes a new model.
         """
@@ -382,10 +410,10 @@ class Tracker:
             if self.config.log_weights:
                 for f in sorted(p for p in folder.iterdir() if p.is_file()):
                     self.client.log_model_artifact(model_id, str(f))
-            self._log_model_metrics(run_id, model, metrics or {}, at)
+            self._log_model_metrics(run_id, model, metrics or {}, at, dataset)
             self.client.finalize_logged_model(model_id, LoggedModelStatus.READY)
         else:
-            self._log_model_metrics(run_id, model, metrics or {}, at)
+            self._log_model_metrics(run_id, model, metrics or {}, at, dataset)
 
         outputs = run.outputs.model_outputs if run.outputs else []
         if model_id not in {o.model_id for o in outputs}:
@@ -466,6 +494,80 @@ class Tracker:
             )
         return Path(path)
 
+    def model_of_version(self, version: str) -> str | None:
+        """The logged model id behind a version of the registered model."""
+        mv = self.client.get_model_version(self.config.registered_model, str(version))
+        return mv.tags.get(TAG_MODEL_ID) or mv.model_id
+
+    def set_version_tags(self, version: str, tags: Mapping[str, Any]) -> None:
+        """Set (or overwrite) tags of a version of the registered model."""
+        for key, value in _str_dict(tags).items():
+            self.client.set_model_version_tag(self.config.registered_model, str(version), key, value)
+
+    # -- model lineage --------------------------------------------------------------------
+
+    def reference_model(self, model: str | Path, *, name: str | None = None) -> str:
+        """The logged model standing for a model the pipeline did not log itself, so a run
+        that uses it can link it: a Hugging Face checkpoint folder is found by its content
+        digest (the model a training run logged for it, when there is one), anything else (a
+        hub id, an endpoint's model name) by the name. When none exists an external logged
+        model without a source run is created, READY, named ``name`` or after the folder/name."""
+        folder = Path(model).expanduser()
+        if folder.is_dir() and tree_files(folder, "*.safetensors"):
+            folder = folder.resolve()
+            identity = {TAG_CHECKPOINT_DIGEST: tree_digest(folder, CHECKPOINT_PATTERNS)}
+            tags = {**identity, TAG_CHECKPOINT_PATH: str(folder)}
+            label = name or folder.name
+        else:
+            identity = {TAG_MODEL_REF: str(model)}
+            tags = dict(identity)
+            label = name or str(model)
+        if found := self._find_model(identity):
+            return found.model_id
+        created = self.client.create_logged_model(
+            self.experiment_id, name=logged_model_name(label), tags={**tags, MLFLOW_MODEL_IS_EXTERNAL: "true"},
+            model_type=MODEL_TYPE,
+        )
+        self.client.finalize_logged_model(created.model_id, LoggedModelStatus.READY)
+        # Another process may have created one meanwhile: the oldest wins
+        winner = self._find_model(identity)
+        if winner is not None and winner.model_id != created.model_id:
+            self.client.delete_logged_model(created.model_id)
+            return winner.model_id
+        return created.model_id
+
+    def log_model_input(self, run_id: str, model_id: str) -> None:
+        """Record that the run used the logged model (the policy it evaluated or started
+        training from); its page lists the model under its logged models, as an input."""
+        run = self.client.get_run(run_id)
+        used = run.inputs.model_inputs if run.inputs else []
+        if model_id not in {m.model_id for m in used}:  # MLflow itself would add a second link
+            self.client.log_inputs(run_id, models=[LoggedModelInput(model_id)])
+
+    def log_model_metrics(
+        self, run_id: str, model_id: str, metrics: Mapping[str, float | None], *, step: int | None = None,
+        dataset: tuple[str, str] | None = None,
+    ) -> None:
+        """Metrics the run measured of the logged model: in the run's history and on the
+        model's page (with the run), once per (run, key, step). ``dataset`` = (name, digest)
+        of the run's dataset input they were measured on (the evaluation task set) links them
+        to it; names go through ``mlflow_key``."""
+        model = self.client.get_logged_model(model_id)
+        self._log_model_metrics(run_id, model, metrics, 0 if step is None else int(step), dataset)
+
+    def share_datasets(self, run_id: str, from_run_id: str, *, contexts: Sequence[str]) -> dict[str, str]:
+        """Log the dataset inputs of ``from_run_id`` whose context is one of ``contexts`` as
+        inputs of ``run_id`` too (same name, digest, source and tags: a stage uses the images
+        its pipeline built); returns their name -> full digest."""
+        source = self.client.get_run(from_run_id)
+        shared = [
+            d for d in (source.inputs.dataset_inputs if source.inputs else [])
+            if _input_tags(d).get(MLFLOW_DATASET_CONTEXT) in contexts
+        ]
+        if shared:
+            self.client.log_inputs(run_id, datasets=[DatasetInput(d.dataset, d.tags) for d in shared])
+        return {d.dataset.name: _input_tags(d).get(INPUT_TAG_DIGEST, d.dataset.digest) for d in shared}
+
     # -- internals ------------------------------------------------------------------------
 
     def _ensure_experiment(self) -> str:
@@ -541,11 +643,16 @@ class Tracker:
             self._steps[(run_id, key)] = {m.step for m in self.client.get_metric_history(run_id, key)}
         return self._steps[(run_id, key)]
 
-    def _log_model_metrics(self, run_id: str, model: LoggedModel, metrics: Mapping[str, float | None], step: int) -> None:
+    def _log_model_metrics(
+        self, run_id: str, model: LoggedModel, metrics: Mapping[str, float | None], step: int,
+        dataset: tuple[str, str] | None = None,
+    ) -> None:
         # MLflow writes a model metric into the run's history too. Where the run already holds
         # the same value at this step, the entry is sent with that entry's timestamp: MLflow
         # then skips it as a duplicate row of the run and still records it on the model.
-        have = {(m.key, m.step) for m in model.metrics or []}
+        # Another run (a second evaluation of the same model) logs its own entries.
+        have = {(m.key, m.step) for m in model.metrics or [] if m.run_id == run_id}
+        name, digest = (dataset[0], dataset[1][:_MAX_DATASET_DIGEST]) if dataset else (None, None)
         values = {
             mlflow_key(key): float(value) for key, value in metrics.items()
             if value is not None and (mlflow_key(key), step) not in have
@@ -558,27 +665,34 @@ class Tracker:
             for key, value in values.items():
                 history = self.client.get_metric_history(run_id, key)
                 same = [m.timestamp for m in history if m.step == step and m.value == value]
-                entries.append(Metric(key, value, same[0] if same else now, step, model_id=model.model_id))
+                entries.append(Metric(key, value, same[0] if same else now, step, model_id=model.model_id,
+                                      dataset_name=name, dataset_digest=digest))
                 self._steps[(run_id, key)] = {m.step for m in history} | {step}
             for chunk in _chunks(entries, _MAX_METRICS_PER_BATCH):
                 self.client.log_batch(run_id, metrics=chunk, synchronous=True)
 
-    def _find_checkpoint_model(self, experiment_id: str, run_id: str, path: str, digest: str) -> LoggedModel | None:
-        matches = []
+    def _search_models(self, experiment_id: str, filter_string: str) -> list[LoggedModel]:
+        """The experiment's logged models matching ``filter_string``, except FAILED ones."""
+        found: list[LoggedModel] = []
         token = None
         while True:
-            page = self.client.search_logged_models(
-                [experiment_id], filter_string=f"source_run_id = {_quote(run_id)}", page_token=token,
-            )
-            matches.extend(
-                m for m in page
-                if m.tags.get(TAG_CHECKPOINT_PATH) == path and m.tags.get(TAG_CHECKPOINT_DIGEST) == digest
-                and m.status != LoggedModelStatus.FAILED
-            )
+            page = self.client.search_logged_models([experiment_id], filter_string=filter_string, page_token=token)
+            found.extend(m for m in page if m.status != LoggedModelStatus.FAILED)
             token = page.token
             if not token:
-                break
+                return found
+
+    def _find_checkpoint_model(self, experiment_id: str, run_id: str, path: str, digest: str) -> LoggedModel | None:
+        matches = [
+            m for m in self._search_models(experiment_id, f"source_run_id = {_quote(run_id)}")
+            if m.tags.get(TAG_CHECKPOINT_PATH) == path and m.tags.get(TAG_CHECKPOINT_DIGEST) == digest
+        ]
         return min(matches, key=lambda m: (m.creation_timestamp, m.model_id)) if matches else None
+
+    def _find_model(self, identity: Mapping[str, str]) -> LoggedModel | None:
+        # A model some run produced is the one to link, before an external stand-in; then the oldest
+        matches = self._search_models(self.experiment_id, _tag_filter(identity))
+        return min(matches, key=lambda m: (m.source_run_id is None, m.creation_timestamp, m.model_id)) if matches else None
 
     def _ensure_registered_model(self) -> None:
         name = self.config.registered_model

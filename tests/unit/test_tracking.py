@@ -194,6 +194,23 @@ def test_finish_takes_only_mlflow_end_states(config):
         tracker.finish(run, "DONE")
 
 
+def test_end_runs_ends_only_the_running_runs_that_carry_the_tags(config):
+    tracker = Tracker(config)
+    flow_tags = {"prefect.flow_run_id": "flow-1"}
+    parent = tracker.pipeline_run("pipe-x", tags=flow_tags)
+    stage = tracker.stage_run(parent, "rft", tags=flow_tags)
+    done = tracker.stage_run(parent, "images", tags=flow_tags)
+    tracker.finish(done)
+    other = tracker.pipeline_run("pipe-y", tags={"prefect.flow_run_id": "flow-2"})
+
+    assert sorted(tracker.end_runs(flow_tags, "FAILED")) == sorted([parent, stage])
+    status = {run: tracker.client.get_run(run).info.status for run in (parent, stage, done, other)}
+    assert status == {parent: "FAILED", stage: "FAILED", done: "FINISHED", other: "RUNNING"}
+    assert tracker.end_runs(flow_tags, "KILLED") == []  # nothing left running
+    with pytest.raises(ValueError, match="status must be one of FINISHED, FAILED, KILLED, got 'RUNNING'"):
+        tracker.end_runs(flow_tags, "RUNNING")
+
+
 def test_a_database_has_no_run_url(config):
     tracker = Tracker(config)
     assert tracker.run_url(tracker.pipeline_run("pipe-u")) is None
@@ -283,6 +300,25 @@ def test_a_checkpoint_is_a_logged_model_that_points_at_its_folder(config, tmp_pa
     # The run's history keeps one entry per step; the model is an output of the run
     assert [(m.step, m.value) for m in tracker.client.get_metric_history(run, "loss")] == [(2, 0.25)]
     assert [(o.model_id, o.step) for o in tracker.client.get_run(run).outputs.model_outputs] == [(model_id, 2)]
+
+
+def test_each_run_scoring_a_model_records_its_own_metrics_on_it_linked_to_the_dataset(config, tmp_path):
+    tracker = Tracker(config)
+    model = tracker.log_checkpoint(tracker.pipeline_run("pipe-s"), fake_checkpoint(tmp_path / "ck"), name="ck")
+    first, second = tracker.pipeline_run("eval-1"), tracker.pipeline_run("eval-2")
+    digest = hashlib.sha256(b"eval tasks").hexdigest()
+    for run, value in ((first, 0.25), (second, 0.5)):
+        for _ in range(2):  # a rerun links and logs nothing twice
+            tracker.log_model_input(run, model)
+            tracker.log_model_metrics(run, model, {"pass@1": value}, dataset=("eval-tasks", digest))
+        tracker.log_model_metrics(run, model, {"pass@1": 0.9})  # step 0 again: ignored
+
+    on_model = sorted((m.run_id == first, m.key, m.value, m.step, m.dataset_name, m.dataset_digest)
+                      for m in tracker.client.get_logged_model(model).metrics)
+    assert on_model == [(False, "pass_at_1", 0.5, 0, "eval-tasks", digest[:36]), (True, "pass_at_1", 0.25, 0, "eval-tasks", digest[:36])]
+    for run, value in ((first, 0.25), (second, 0.5)):
+        assert [(m.step, m.value) for m in tracker.client.get_metric_history(run, "pass_at_1")] == [(0, value)]
+        assert [m.model_id for m in tracker.client.get_run(run).inputs.model_inputs] == [model]
 
 
 def test_new_content_in_the_same_folder_is_a_new_model(config, tmp_path):
