@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Headless screenshots of the local stack's web UIs: Prefect's deployments and flow-runs
-# pages and MLflow's experiments page, as PNGs under runs/screenshots/ (their paths printed).
+# pages, MLflow's experiments page and, once a pipeline has run, its lineage: the newest
+# evaluation run (its logged-model input), that logged model (datasets, source run, scores),
+# the training run that made it and its registered version (Pass@1), as PNGs under
+# runs/screenshots/ (their paths printed).
 # Not part of CI. Needs a stack that answers (`swerl up`); installs Debian's chromium when missing.
 #
 #   bash scripts/ui_screenshot.sh [--home .swerl/services] [--out runs/screenshots]
@@ -63,3 +66,29 @@ shoot() {  # name url
 shoot prefect-deployments "$prefect_ui/deployments"
 shoot prefect-runs "$prefect_ui/runs"
 shoot mlflow-experiments "$mlflow_ui/#/experiments"
+# the lineage pages, found through MLflow's API: an evaluation run with a logged-model input
+pages=$(MLFLOW_TRACKING_URI=$mlflow_ui .venv/bin/python - <<'PY'
+from mlflow.tracking import MlflowClient
+
+client = MlflowClient()
+for exp in client.search_experiments():
+    for run in client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"], max_results=200):
+        inputs = client.get_run(run.info.run_id).inputs  # search_runs leaves model inputs out
+        models = getattr(inputs, "model_inputs", None) or []
+        if not models or not any(k.startswith("eval/") or "pass" in k for k in run.data.metrics):
+            continue
+        model = client.get_logged_model(models[0].model_id)
+        print("mlflow-eval-run", f"#/experiments/{exp.experiment_id}/runs/{run.info.run_id}")
+        print("mlflow-logged-model", f"#/experiments/{model.experiment_id}/models/{model.model_id}")
+        if model.source_run_id:
+            print("mlflow-training-run", f"#/experiments/{model.experiment_id}/runs/{model.source_run_id}")
+        for mv in client.search_model_versions(f"tags.`swerl.model_id` = '{model.model_id}'"):
+            print("mlflow-registered-version", f"#/models/{mv.name}/versions/{mv.version}")
+            break
+        raise SystemExit(0)
+PY
+) || pages=""
+[[ -n $pages ]] || echo "no evaluation run with a logged model yet: run the pipeline (scripts/main.sh) for the lineage pages" >&2
+while read -r name path; do
+  [[ -n $name ]] && shoot "$name" "$mlflow_ui/$path"
+done <<< "$pages"
