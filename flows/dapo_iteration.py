@@ -9,7 +9,7 @@ from typing import Any
 from prefect import flow
 
 from flows._hooks import HOOKS
-from flows.rft import log_training_inputs, policy_ref, register_trained_checkpoint
+from flows.rft import policy_ref
 from flows.rollout import rollout_stage, run_chunks
 from swerl.orchestration.metrics import grading_metrics, prefixed, rollout_metrics, train_metrics
 from swerl.orchestration.params import AgentParams, DAPOParams, TrackingParams
@@ -40,8 +40,8 @@ def dapo_iteration(tasks: Path, policy_path: str, policy_version: str, iteration
     metrics = prefixed("rollout", rollout_metrics(trajectories, dapo.reward, wall_s=rolled["wall_s"]))
     metrics.update(prefixed("grading", grading_metrics(trajectories)))
     data = f"{name}-trajectories"
-    trained_on = log_training_inputs(tracking, run_id, tasks, Path(rolled["store"]), data, len(trajectories), policy_path,
-                                     parent_run_id)
+    trained_on = tr.log_training_inputs(tracking, run_id, tasks, Path(rolled["store"]), data, len(trajectories), policy_path,
+                                        parent_run_id)
     t = dapo.train
     train_stage = DAPOStage(trajectories=[Path(rolled["store"])], model=policy_path, out=out / "train", seed=it_seed,
                             **t.stage_fields(), policy_version=policy_version, iteration=iteration, reward=dapo.reward,
@@ -53,10 +53,10 @@ def dapo_iteration(tasks: Path, policy_path: str, policy_version: str, iteration
     if outcome["trained"]:
         metrics.update(prefixed("train", train_metrics(outcome["step_metrics"])))
         metrics.update(prefixed("data", outcome["data"]))
-        registered = register_trained_checkpoint(tracking, run_id, Path(outcome["final"]), name=name,
-                                                 policy_version=new_version, step=step,
-                                                 metrics={k: v for k, v in metrics.items() if k.startswith("train/")},
-                                                 trained_on=trained_on, metrics_dataset=data)
+        registered = tr.register_trained_checkpoint(tracking, run_id, Path(outcome["final"]), name=name,
+                                                    policy_version=new_version, step=step,
+                                                    metrics={k: v for k, v in metrics.items() if k.startswith("train/")},
+                                                    trained_on=trained_on, metrics_dataset=data)
         policy = policy_ref(outcome["final"], new_version, registered)
     else:
         print(f"iteration {iteration} trained nothing, the policy carries forward: {outcome['reason']}")

@@ -7,31 +7,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow
 
 from flows._hooks import HOOKS
-from swerl.orchestration import recording
 from swerl.orchestration.inputs import task_inputs
 from swerl.orchestration.metrics import eval_metrics, prefixed
-from swerl.orchestration.params import EvaluateParams, TrackingParams
+from swerl.orchestration.params import EvaluateParams
 from tasks import tracking as tr
-from tasks.common import tracker
 from tasks.rollout import evaluate_task
-from tasks.tracking import _RETRY
-
-
-@task(name="mlflow-link-policy", **_RETRY)
-def link_policy(tracking: TrackingParams, run_id: str, path: str, registered_version: str | None) -> str:
-    """The evaluated policy as the run's model input (a folder or hub name gets a logged model)."""
-    return recording.link_policy(tracker(tracking), run_id, path, registered_version)
-
-
-@task(name="mlflow-log-evaluation", **_RETRY)
-def log_evaluation(tracking: TrackingParams, run_id: str, model_id: str, metrics: dict[str, float], step: int | None,
-                   dataset: tuple[str, str], registered_version: str | None, pass_at_1: float) -> None:
-    """The scores on the run and on the evaluated model (linked to the task set), Pass@1 on its version."""
-    recording.log_evaluation(tracker(tracking), run_id, model_id, metrics, step=step, dataset=dataset,
-                             registered_version=registered_version, pass_at_1=pass_at_1)
 
 
 def _label(model: str) -> str:
@@ -71,7 +54,7 @@ def evaluate_stage(params: EvaluateParams = EvaluateParams(), parent_run_id: str
     folder = out or params.out / f"{_label(params.model)}-{stamp}"
     run_id = tr.stage_run(params.tracking, parent_run_id, label, standalone_id=f"evaluate {folder.name}",
                           params={"model": params.model, "checkpoint": policy["path"], "runs": params.runs, "tasks": str(tasks)})
-    model_id = link_policy(params.tracking, run_id, policy["path"], policy["registered_version"])
+    model_id = tr.link_policy(params.tracking, run_id, policy["path"], policy["registered_version"])
     from flows.rollout import rollout_stage
 
     stage_cfg = rollout_stage(tasks=tasks, repos=repos, model=policy["path"], out=folder, samples=params.runs, seed=params.seed,
@@ -83,9 +66,9 @@ def evaluate_stage(params: EvaluateParams = EvaluateParams(), parent_run_id: str
     digests = tr.log_lineage(params.tracking, run_id, tasks=tasks, tasks_name="eval-tasks", tasks_context="evaluation",
                              trajectories=Path(record["store"]), trajectories_name=f"{label}-trajectories",
                              trajectories_context="evaluation", count=report["tasks"] * report["runs"])
-    log_evaluation(params.tracking, run_id, model_id, prefixed("eval", metrics), step=step,
-                   dataset=("eval-tasks", digests["tasks"]), registered_version=policy["registered_version"],
-                   pass_at_1=report["pass_at_1"])
+    tr.log_evaluation(params.tracking, run_id, model_id, prefixed("eval", metrics), step=step,
+                      dataset=("eval-tasks", digests["tasks"]), registered_version=policy["registered_version"],
+                      pass_at_1=report["pass_at_1"])
     promoted = None
     if params.promote and policy["registered_version"]:
         promoted = tr.promote(params.tracking, policy["registered_version"], report["pass_at_1"], force=params.force_promote)

@@ -5,37 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow
 
 from flows._hooks import HOOKS
 from flows.rollout import rollout_stage, run_chunks
-from swerl.orchestration import recording
 from swerl.orchestration.metrics import grading_metrics, prefixed, rollout_metrics, train_metrics
 from swerl.orchestration.params import AgentParams, RFTParams, TrackingParams
 from swerl.stages.rollout import stored_trajectories
 from swerl.stages.train import RFTStage
 from tasks import tracking as tr
-from tasks.common import tracker
-from tasks.tracking import _RETRY
 from tasks.train import select_rft_data, train_rft_task
-
-
-@task(name="mlflow-log-training-inputs", **_RETRY)
-def log_training_inputs(tracking: TrackingParams, run_id: str, tasks: Path, trajectories: Path, trajectories_name: str,
-                        count: int, start_model: str, parent_run_id: str | None) -> dict[str, str]:
-    """Task set, images, trajectories (dataset inputs) and start policy (model input) of a training run."""
-    return recording.log_training_inputs(tracker(tracking), run_id, tasks=tasks, trajectories=trajectories,
-                                         trajectories_name=trajectories_name, count=count, start_model=start_model,
-                                         parent_run_id=parent_run_id)
-
-
-@task(name="register-trained-checkpoint", **_RETRY)
-def register_trained_checkpoint(tracking: TrackingParams, run_id: str, checkpoint: Path, name: str, policy_version: str,
-                                step: int, metrics: dict[str, float], trained_on: dict[str, str],
-                                metrics_dataset: str) -> dict[str, str]:
-    """The checkpoint as the run's logged model (trained-on digests, metrics on the trajectories), registered."""
-    return recording.log_checkpoint(tracker(tracking), run_id, checkpoint, name=name, policy_version=policy_version,
-                                    step=step, metrics=metrics, trained_on=trained_on, metrics_dataset=metrics_dataset)
 
 
 def policy_ref(path: str, version: str, registered: dict[str, str] | None = None) -> dict[str, Any]:
@@ -63,7 +42,8 @@ def rft(tasks: Path, model: str, out: Path, repos: Path | None = None, policy_ve
     metrics = prefixed("rollout", rollout_metrics(trajectories, wall_s=rolled["wall_s"]))
     metrics.update(prefixed("grading", grading_metrics(trajectories)))
     data = f"{stage}-trajectories"
-    trained_on = log_training_inputs(tracking, run_id, tasks, Path(rolled["store"]), data, len(trajectories), model, parent_run_id)
+    trained_on = tr.log_training_inputs(tracking, run_id, tasks, Path(rolled["store"]), data, len(trajectories), model,
+                                        parent_run_id)
     t = rft.train
     train_stage = RFTStage(trajectories=[Path(rolled["store"])], model=model, out=out / "train", seed=seed, **t.stage_fields(),
                            require_submitted=rft.require_submitted, max_per_task=rft.max_per_task,
@@ -73,9 +53,10 @@ def rft(tasks: Path, model: str, out: Path, repos: Path | None = None, policy_ve
     outcome = train_rft_task.with_options(timeout_seconds=t.timeout_s)(train_stage)
     if outcome["trained"]:
         metrics.update(prefixed("train", train_metrics(outcome["step_metrics"])))
-        registered = register_trained_checkpoint(tracking, run_id, Path(outcome["final"]), name=stage, policy_version=stage,
-                                                 step=step, metrics={k: v for k, v in metrics.items() if k.startswith("train/")},
-                                                 trained_on=trained_on, metrics_dataset=data)
+        registered = tr.register_trained_checkpoint(tracking, run_id, Path(outcome["final"]), name=stage,
+                                                    policy_version=stage, step=step,
+                                                    metrics={k: v for k, v in metrics.items() if k.startswith("train/")},
+                                                    trained_on=trained_on, metrics_dataset=data)
         policy = policy_ref(outcome["final"], stage, registered)
     else:
         print(f"{stage} trained nothing, the policy carries forward: {outcome['reason']}")

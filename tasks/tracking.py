@@ -75,10 +75,42 @@ def register_checkpoint(tracking: TrackingParams, run_id: str, checkpoint: Path,
                                     step=step, metrics=metrics)
 
 
+@task(name="mlflow-log-training-inputs", **_RETRY)
+def log_training_inputs(tracking: TrackingParams, run_id: str, tasks: Path, trajectories: Path, trajectories_name: str,
+                        count: int, start_model: str, parent_run_id: str | None) -> dict[str, str]:
+    """Task set, images, trajectories (dataset inputs) and start policy (model input) of a training run."""
+    return recording.log_training_inputs(tracker(tracking), run_id, tasks=tasks, trajectories=trajectories,
+                                         trajectories_name=trajectories_name, count=count, start_model=start_model,
+                                         parent_run_id=parent_run_id)
+
+
+@task(name="register-trained-checkpoint", **_RETRY)
+def register_trained_checkpoint(tracking: TrackingParams, run_id: str, checkpoint: Path, name: str, policy_version: str,
+                                step: int, metrics: dict[str, float], trained_on: dict[str, str],
+                                metrics_dataset: str) -> dict[str, str]:
+    """The checkpoint as the run's logged model (trained-on digests, metrics on the trajectories), registered."""
+    return recording.log_checkpoint(tracker(tracking), run_id, checkpoint, name=name, policy_version=policy_version,
+                                    step=step, metrics=metrics, trained_on=trained_on, metrics_dataset=metrics_dataset)
+
+
 @task(name="resolve-policy", **_RETRY)
 def resolve_policy(tracking: TrackingParams, model: str) -> dict[str, Any]:
     path, version, registered = recording.resolve_policy(tracker(tracking), model)
     return {"path": path, "policy_version": version, "registered_version": registered}
+
+
+@task(name="mlflow-link-policy", **_RETRY)
+def link_policy(tracking: TrackingParams, run_id: str, path: str, registered_version: str | None) -> str:
+    """The evaluated policy as the run's model input (a folder or hub name gets a logged model)."""
+    return recording.link_policy(tracker(tracking), run_id, path, registered_version)
+
+
+@task(name="mlflow-log-evaluation", **_RETRY)
+def log_evaluation(tracking: TrackingParams, run_id: str, model_id: str, metrics: dict[str, float], step: int | None,
+                   dataset: tuple[str, str], registered_version: str | None, pass_at_1: float) -> None:
+    """The scores on the run and on the evaluated model (linked to the task set), Pass@1 on its version."""
+    recording.log_evaluation(tracker(tracking), run_id, model_id, metrics, step=step, dataset=dataset,
+                             registered_version=registered_version, pass_at_1=pass_at_1)
 
 
 @task(name="promote-champion", **_RETRY)

@@ -56,9 +56,9 @@ def fake_checkpoint(folder: Path, weight: float = 0.0) -> Path:
     return folder
 
 
-def test_configs_and_digests_do_not_import_mlflow():
+def test_configs_digests_and_tag_names_do_not_import_mlflow():
     # import mlflow takes seconds: only a Tracker pays for it
-    code = "import sys, swerl.tracking, swerl.tracking.lineage; print('mlflow' in sys.modules)"
+    code = "import sys, swerl.tracking, swerl.tracking.lineage, swerl.tracking.keys; print('mlflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
