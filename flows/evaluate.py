@@ -21,7 +21,8 @@ def _label(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model).name if "/" in model else model).strip("-") or "model"
 
 
-@flow(name="evaluate", log_prints=True, **HOOKS)
+# a scheduled run is named for the policy it scores (Prefect formats the name with the run's parameters)
+@flow(name="evaluate", flow_run_name="evaluate-{params.model}", log_prints=True, **HOOKS)
 def evaluate(params: EvaluateParams = EvaluateParams()) -> dict[str, Any]:
     """Pass@1 (mean ± SEM over k runs) and Pass@k of one policy, recorded in MLflow; may move `champion`.
 

@@ -67,3 +67,11 @@ def test_a_deployments_parameters_fill_its_form(deployment):
     assert set(flow.validate_parameters(spec.get("parameters") or {})) <= {"params"}
     for schedule in spec.get("schedules") or []:
         flow.validate_parameters(schedule["parameters"])
+
+
+def test_a_deployed_evaluation_run_is_named_for_the_policy_it_scores():
+    from flows.evaluate import evaluate
+    from swerl.orchestration.params import EvaluateParams
+
+    assert evaluate.flow_run_name.format(params=EvaluateParams()) == "evaluate-champion"
+    assert evaluate.flow_run_name.format(params=EvaluateParams(model="version:3")) == "evaluate-version:3"
