@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import shlex
 import time
 import uuid
 from pathlib import Path
@@ -20,12 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from swerl.agent.actions import FormatError, parse_action
 from swerl.agent.chat_format import ChatFormat
 from swerl.agent.prompts import Prompts
+from swerl.agent.tools import TOOLS_STATE, in_sandbox
 from swerl.agent.trajectory import ExitReason, Trajectory, Turn
 from swerl.data.task import Task
 from swerl.envs.sandbox import Sandbox, SandboxError
 from swerl.inference.base import EngineError, GenerationRequest, InferenceEngine
-
-TOOLS_STATE = "/tmp/.swerl_tools_state.json"
 
 
 class AgentConfig(BaseModel):
@@ -41,7 +41,8 @@ class AgentConfig(BaseModel):
     deadline_s: float = Field(1800.0, gt=0, le=86_400, description="Wall-clock limit of the whole trajectory.")
     observation_max_chars: int = Field(8000, ge=200, le=1_000_000, description="Observations longer than this keep head and tail.")
     max_format_errors: int = Field(3, ge=1, le=100, description="Consecutive replies without exactly one command that end the run.")
-    workdir: str = Field("/testbed", description="The repository inside the sandbox.")
+    workdir: str | None = Field(None, description="The repository inside the sandbox; None: the sandbox's own "
+                                "(/testbed in the images swerl builds).")
     prompt_dir: Path | None = Field(None, description="Folder overriding the shipped prompt templates (<name>.j2).")
     collect_patch_on_exit: bool = Field(
         True, description="Record `git diff` also when the run ends without submit (SWE-agent's autosubmission)."
@@ -68,8 +69,9 @@ def turn_seed(seed: int | None, trajectory_id: str, turn: int) -> int | None:
 class _ShellState:
     """Working directory and open file, carried between commands that each run in a fresh shell."""
 
-    def __init__(self, workdir: str) -> None:
+    def __init__(self, workdir: str, state: str = TOOLS_STATE) -> None:
         self.cwd = workdir
+        self.state = state  # the tools' state file, as the sandbox's commands see it
         self.open_file: str | None = None
         self.mark = f"__SWERL_{uuid.uuid4().hex}__"
 
@@ -77,7 +79,7 @@ class _ShellState:
         quoted = self.cwd.replace("'", "'\\''")
         return (
             f"cd -- '{quoted}' 2>/dev/null\n{command}\n__swerl_rc=$?\n"
-            f"printf '\\n{self.mark}%s{self.mark}' \"$PWD\"; cat {TOOLS_STATE} 2>/dev/null; exit $__swerl_rc"
+            f"printf '\\n{self.mark}%s{self.mark}' \"$PWD\"; cat {shlex.quote(self.state)} 2>/dev/null; exit $__swerl_rc"
         )
 
     def absorb(self, output: str) -> str:
@@ -112,11 +114,12 @@ class Agent:
         cfg = self.config
         start = time.monotonic()
         deadline = start + cfg.deadline_s
-        shell = _ShellState(cfg.workdir)
+        workdir = cfg.workdir or sandbox.workdir
+        shell = _ShellState(workdir, in_sandbox(sandbox, TOOLS_STATE))
         trajectory_id = f"{task.instance_id}/{sample_index}"
-        system = self.prompts.render("system", workdir=cfg.workdir, command_timeout_s=cfg.command_timeout_s, window=100)
+        system = self.prompts.render("system", workdir=workdir, command_timeout_s=cfg.command_timeout_s, window=100)
         user = self.prompts.render(
-            "instance", repo=task.repo, workdir=cfg.workdir, problem_statement=task.problem_statement, prompt_line=self._prompt_line(shell)
+            "instance", repo=task.repo, workdir=workdir, problem_statement=task.problem_statement, prompt_line=self._prompt_line(shell)
         )
         traj = Trajectory(
             instance_id=task.instance_id,

@@ -25,7 +25,22 @@ class ExitReason(str, Enum):
     context_exceeded = "context_exceeded"  # the next turn would not fit in the context window
     timeout = "timeout"  # the per-trajectory wall-clock deadline passed
     format_errors = "format_errors"  # too many replies in a row without exactly one command
-    error = "error"  # infrastructure failure (sandbox or engine); not the policy's fault
+    # the run broke part way (engine failure, sandbox failure mid-run, a bug): retried by a rerun; it may be
+    # the policy's doing (a command can kill the sandbox's runner), so evaluation counts it unresolved
+    error = "error"
+    # the sandbox never started (or its tools could not be installed): the policy never acted, so the pair
+    # is infrastructure-failed (see ``is_infra_failure``)
+    infra_error = "infra_error"
+
+
+# swerl.grading.results.FailureClass.INFRA_ERROR: grading's own sandbox failed, so there is no verdict
+GRADE_INFRA_ERROR = "infra_error"
+
+
+def is_infra_failure(exit_reason: str, grade_failure: str | None) -> bool:
+    """A pair that got no fair run or no verdict for reasons outside the policy: its sandbox never started,
+    or grading's sandbox failed. A rerun redoes it; no Pass@1 or training step may count it."""
+    return exit_reason == ExitReason.infra_error.value or grade_failure == GRADE_INFRA_ERROR
 
 
 class Turn(BaseModel):
@@ -77,6 +92,11 @@ class Trajectory(BaseModel):
     tamper_flags: list[str] = Field(default_factory=list, description="Tamper signature classes grading found in the patch.")
     fail_to_pass_passed: int | None = None
     pass_to_pass_failed: int | None = None
+
+    @property
+    def infra_failed(self) -> bool:
+        """See ``is_infra_failure``."""
+        return is_infra_failure(self.exit_reason.value, self.grade_failure)
 
     @property
     def ids(self) -> list[int]:

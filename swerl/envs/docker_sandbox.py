@@ -11,20 +11,20 @@ import io
 import json
 import os
 import posixpath
-import shlex
 import tarfile
 import threading
 import time
 import uuid
 from importlib import resources
+from typing import Literal
 
 from docker.errors import APIError, DockerException, NotFound
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from swerl.envs import labels
-from swerl.envs.docker_client import docker_client
+from swerl.envs.docker_client import DockerUnavailableError, docker_client
 from swerl.envs.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel
-from swerl.envs.sandbox import ExecResult, RunnerFailed, SandboxError
+from swerl.envs.sandbox import ExecResult, RunnerFailed, SandboxError, exec_result, git_diff
 
 RUNNER_DIR = "/opt/swerl"
 RUNNER = f"{RUNNER_DIR}/swerl_exec.py"
@@ -40,6 +40,7 @@ SWEBENCH_ACTIVATE = "source /opt/miniconda3/bin/activate && conda activate testb
 class DockerSandboxConfig(BaseModel):
     """Resource limits and behaviour of one sandbox container."""
 
+    kind: Literal["docker"] = Field("docker", description="Selects this backend in a sandbox config (the default when absent).")
     memory: str = Field("2g", pattern=r"^\d+[kmg]?$", description="Memory limit (swap disabled), docker syntax: 512m, 2g.")
     cpus: float = Field(1.0, gt=0, le=64, description="CPU quota in cores.")
     pids_limit: int = Field(512, ge=16, le=65536, description="Most processes alive at once (stops fork bombs).")
@@ -123,8 +124,10 @@ class DockerSandbox:
             self._slots.acquire()
         try:
             self._start()
-        except BaseException:
+        except BaseException as e:
             self.close()
+            if isinstance(e, (DockerException, DockerUnavailableError)):  # callers catch one error for "no sandbox"
+                raise SandboxError(f"cannot start a sandbox from {self.image}: {e}") from e
             raise
         return self
 
@@ -178,6 +181,14 @@ class DockerSandbox:
         before = _env_of(self._raw(["cat", "/tmp/.swerl-env-before"]))
         after = _env_of((out or b"").decode("utf-8", "replace"))
         return {k: v for k, v in after.items() if k not in _SHELL_OWN_VARS and before.get(k) != v}
+
+    @property
+    def workdir(self) -> str:
+        return self.config.workdir
+
+    @property
+    def root(self) -> str:
+        return "/"  # the container's file system is its own
 
     @property
     def python(self) -> str:
@@ -240,7 +251,7 @@ class DockerSandbox:
                    "sweep": self.config.sweep_after_exec}
         with self._channel_lock:
             if self._channel is not None and self._channel.alive():
-                return _answer(cmd, self._over_channel(request, timeout))
+                return exec_result(cmd, self._over_channel(request, timeout))
         result: dict = {}
 
         def run() -> None:
@@ -266,7 +277,7 @@ class DockerSandbox:
             data = json.loads(text[-1])
         except (IndexError, json.JSONDecodeError) as e:
             raise RunnerFailed(f"sandbox runner failed (exit {code}): {' '.join(text)[-500:]}") from e
-        return _answer(cmd, data)
+        return exec_result(cmd, data)
 
     def _kill_tagged(self, tag: str) -> None:
         """Kill every process of the command carrying ``tag``, through a one-shot runner."""
@@ -301,7 +312,11 @@ class DockerSandbox:
     def write_files(self, files: dict[str, tuple[bytes | str, int]]) -> None:
         """Write several files (missing parent folders are created) in one docker call."""
         entries = self._archive_entries(files)
-        if not self._container.put_archive("/", _tar(entries)):
+        try:
+            written = self._container.put_archive("/", _tar(entries))
+        except DockerException as e:
+            raise SandboxError(f"cannot write {sorted('/' + p for p in entries)[:5]} in the sandbox: {e}") from e
+        if not written:
             raise SandboxError(f"cannot write {sorted('/' + e for e in entries)} in the sandbox")
 
     def _archive_entries(self, files: dict[str, tuple[bytes | str, int]]) -> dict[str, tuple[bytes, int]]:
@@ -324,32 +339,7 @@ class DockerSandbox:
 
     def diff(self) -> str:
         """Tracked and untracked changes against base_commit, through a throw-away index."""
-        base = self.base_commit or "HEAD"
-        out = "/tmp/.swerl-diff.patch"
-        git = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false"
-        script = (
-            f"idx=$(mktemp) && cp .git/index $idx 2>/dev/null; "
-            f"GIT_INDEX_FILE=$idx {git} add -A . >/dev/null 2>&1 && "
-            f"GIT_INDEX_FILE=$idx {git} diff --cached --binary --no-ext-diff --no-textconv --no-color {shlex.quote(base)} > {out}; "
-            f"rc=$?; rm -f $idx; exit $rc"
-        )
-        res = self.exec(script, timeout=120, cwd=self.config.workdir)
-        if res.exit_code != 0:
-            raise SandboxError(f"git diff against {base} failed: {res.output[-500:]}")
-        return self.read_file(out).decode("utf-8", "surrogateescape")
-
-
-def _answer(cmd: str, data: object) -> ExecResult:
-    """The runner's answer checked against its schema: whatever a container prints, the host gets a
-    result or a RunnerFailed, never an exception it does not expect."""
-    if not isinstance(data, dict) or "error" in data:
-        raise RunnerFailed(f"sandbox runner failed: {str(data.get('error') if isinstance(data, dict) else data)[:500]}")
-    fields = {k: v for k, v in data.items() if k in ExecResult.model_fields and k != "command"}
-    try:
-        return ExecResult(command=cmd, **fields)
-    except ValidationError as e:
-        raise RunnerFailed(f"sandbox runner gave a malformed answer: {e.errors()[0]['msg']} "
-                           f"({', '.join(str(x['loc'][0]) for x in e.errors()[:3])})") from None
+        return git_diff(self, self.base_commit or "HEAD", "/tmp/.swerl-diff.patch")
 
 
 _SHELL_OWN_VARS = frozenset({"SHLVL", "_", "PWD", "OLDPWD"})

@@ -11,12 +11,18 @@
   combined as independent errors: sqrt(SEM_a^2 + SEM_b^2). That one counts only the
   sampling noise on this fixed task set (as a benchmark score does); the paired one also
   counts which tasks happened to be drawn, so it is the stricter of the two.
+
+An outcome of ``None`` is a run without a verdict (it failed for infrastructure): it is
+left out, never counted unresolved. Run r's rate is over the tasks with a verdict in run
+r; Pass@k is over the tasks with at least k verdicts; a task's rate is over its verdicts.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+
+Outcome = bool | None  # resolved, unresolved, or no verdict (an infrastructure failure)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -40,7 +46,7 @@ def mean_and_sem(values: Sequence[float]) -> tuple[float, float]:
     return mean, math.sqrt(var / len(values))
 
 
-def pass_at_1_over_runs(outcomes: Mapping[str, Sequence[bool]]) -> tuple[float, float, list[float]]:
+def pass_at_1_over_runs(outcomes: Mapping[str, Sequence[Outcome]]) -> tuple[float, float, list[float]]:
     """(mean, SEM, per-run rates) of Pass@1 from ``{instance_id: [resolved in run 0, 1, ...]}``.
 
     Every task must have the same number of runs: run r is the r-th sample of each task.
@@ -48,15 +54,26 @@ def pass_at_1_over_runs(outcomes: Mapping[str, Sequence[bool]]) -> tuple[float, 
     runs = {len(v) for v in outcomes.values()}
     if len(runs) != 1:
         raise ValueError(f"tasks have different numbers of runs: {sorted(runs)}; finish or drop the incomplete ones")
-    k = runs.pop()
-    per_run = [sum(bool(v[r]) for v in outcomes.values()) / len(outcomes) for r in range(k)]
+    per_run = []
+    for r in range(runs.pop()):
+        verdicts = [v[r] for v in outcomes.values() if v[r] is not None]
+        if not verdicts:
+            raise ValueError(f"run {r} has no verdict on any task (all failed for infrastructure); rerun to redo them")
+        per_run.append(sum(verdicts) / len(verdicts))
     mean, sem = mean_and_sem(per_run)
     return mean, sem, per_run
 
 
-def mean_pass_at_k(outcomes: Mapping[str, Sequence[bool]], k: int) -> float:
-    """Pass@k averaged over tasks, each from all of its runs."""
-    return sum(pass_at_k(len(v), sum(map(bool, v)), k) for v in outcomes.values()) / len(outcomes)
+def _verdicts(runs: Sequence[Outcome]) -> list[bool]:
+    return [bool(v) for v in runs if v is not None]
+
+
+def mean_pass_at_k(outcomes: Mapping[str, Sequence[Outcome]], k: int) -> float:
+    """Pass@k averaged over the tasks with at least k verdicts, each from all of them."""
+    counts = [(len(v), sum(v)) for v in map(_verdicts, outcomes.values()) if len(v) >= k]
+    if not counts:
+        raise ValueError(f"no task has {k} runs with a verdict")
+    return sum(pass_at_k(n, c, k) for n, c in counts) / len(counts)
 
 
 def _require_same_tasks(before: Mapping[str, object], after: Mapping[str, object]) -> None:
@@ -65,16 +82,18 @@ def _require_same_tasks(before: Mapping[str, object], after: Mapping[str, object
         raise ValueError(f"the two evaluations cover different tasks, e.g. {missing[:3]}; compare runs on one task set")
 
 
-def paired_difference(before: Mapping[str, Sequence[bool]], after: Mapping[str, Sequence[bool]]) -> tuple[float, float]:
-    """(mean, SEM) over tasks of ``rate_after - rate_before``, each rate over that task's runs."""
+def paired_difference(before: Mapping[str, Sequence[Outcome]], after: Mapping[str, Sequence[Outcome]]) -> tuple[float, float]:
+    """(mean, SEM) over tasks of ``rate_after - rate_before``, each rate over that task's verdicts; a task
+    without a verdict on either side is left out."""
     _require_same_tasks(before, after)
-    if not before:
+    pairs = [(_verdicts(before[t]), _verdicts(after[t])) for t in sorted(before)]
+    pairs = [(b, a) for b, a in pairs if b and a]
+    if not pairs:
         raise ValueError("no tasks")
-    rate = lambda v: sum(map(bool, v)) / len(v)  # noqa: E731
-    return mean_and_sem([rate(after[t]) - rate(before[t]) for t in sorted(before)])
+    return mean_and_sem([sum(a) / len(a) - sum(b) / len(b) for b, a in pairs])
 
 
-def difference_over_runs(before: Mapping[str, Sequence[bool]], after: Mapping[str, Sequence[bool]]) -> tuple[float, float]:
+def difference_over_runs(before: Mapping[str, Sequence[Outcome]], after: Mapping[str, Sequence[Outcome]]) -> tuple[float, float]:
     """(Pass@1 after - Pass@1 before, sqrt(SEM_before^2 + SEM_after^2)), each SEM over its runs."""
     _require_same_tasks(before, after)
     mean_a, sem_a, _ = pass_at_1_over_runs(before)

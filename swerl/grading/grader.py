@@ -32,8 +32,9 @@ from docker.errors import DockerException
 from pydantic import BaseModel, Field
 
 from swerl.data.task import Task
-from swerl.envs.docker_sandbox import DockerSandbox, DockerSandboxConfig, concurrency_slots
-from swerl.envs.sandbox import RunnerFailed, SandboxError
+from swerl.envs.docker_sandbox import DockerSandboxConfig, concurrency_slots
+from swerl.envs.factory import SandboxConfig, make_sandbox
+from swerl.envs.sandbox import RunnerFailed, Sandbox, SandboxError
 from swerl.grading.evidence import MalformedReport, audit_verdict, guard_verdict, report_from_b64, report_from_events
 from swerl.grading.judge import judge
 from swerl.grading.plan import STAGE, Logs, Plan, make_plan
@@ -47,7 +48,7 @@ class GradingConfig(BaseModel):
     """How predictions are graded."""
 
     test_timeout_s: float = Field(900.0, gt=0, le=86400, description="Hard limit on the test command; the process tree is killed after it.")
-    sandbox: DockerSandboxConfig = Field(
+    sandbox: SandboxConfig = Field(
         default_factory=lambda: DockerSandboxConfig(output_limit_bytes=4_000_000, sweep_after_exec=True),
         description="Container limits for grading sandboxes (network off).",
     )
@@ -67,7 +68,7 @@ def _safe(name: str) -> str:
     return re.sub(r"[^\w.-]", "_", name)[:120]
 
 
-def _grade_in(sandbox: DockerSandbox, task: Task, plan: Plan, config: GradingConfig, logs: Logs,
+def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, logs: Logs,
               result: GradeResult) -> GradeResult:
     run = sandbox.exec(plan.command, timeout=config.test_timeout_s + SETUP_ALLOWANCE_S)
     head, sep, tests_output = run.output.partition(plan.tests_line + "\n")
@@ -158,7 +159,7 @@ def _collection_tracebacks(errors: list) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _read_report(sandbox: DockerSandbox, path: str) -> dict | None:
+def _read_report(sandbox: Sandbox, path: str) -> dict | None:
     """The events read from the sandbox (too large to print); None when there are none."""
     try:
         raw = sandbox.read_file(path, max_bytes=64_000_000)
@@ -209,7 +210,7 @@ def _attempt(task: Task, patch: str, image: str, config: GradingConfig, slots: t
     plan = make_plan(task, patch, config, result, logs)
     if plan is None:  # decided without running anything: a bad diff, every file dropped, a broken task
         return result
-    with DockerSandbox(image, config.sandbox, slots=slots, base_commit=task.base_commit, preload=plan.files) as sandbox:
+    with make_sandbox(config.sandbox, image, slots=slots, base_commit=task.base_commit, preload=plan.files) as sandbox:
         return _grade_in(sandbox, task, plan, config, logs, result)
 
 

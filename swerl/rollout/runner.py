@@ -1,13 +1,16 @@
 """Run N tasks x G samples concurrently: sandbox, agent, grading, Parquet, with isolation.
 
 Each (task, sample) is one coroutine holding one of ``concurrency`` slots for its whole
-life (agent sandbox, then its grading sandbox), so at most that many containers run. The
-agent has a wall-clock deadline, so one straggler never wedges a batch; any failure
-becomes that trajectory's ``error`` exit and the others carry on. Finished trajectories
-are appended to the store at once; a rerun skips the pairs already stored (except
-infrastructure errors, which are retried). A patch already graded for the same task in this
-run is not graded again: a fresh sandbox of the same image runs the same tests on the same
-tree, so the verdict is the same, and a converging policy submits the same fix many times.
+life (agent sandbox, then its grading sandbox), so at most that many sandboxes run. The
+agent has a wall-clock deadline, so one straggler never wedges a batch; a sandbox that
+does not start makes that pair an ``infra_error`` (infrastructure-failed: never scored),
+any other failure its ``error`` exit, and the others carry on. Finished trajectories are
+appended to the store at once; a rerun skips the pairs already stored (except errors and
+infrastructure failures, which are redone); whether too many pairs failed for
+infrastructure is the caller's call (``swerl.stages.rollout`` fails the stage as
+retryable). A patch already graded for the same task in this run is not graded again: a
+fresh sandbox of the same image runs the same tests on the same tree, so the verdict is
+the same, and a converging policy submits the same fix many times.
 """
 
 from __future__ import annotations
@@ -27,11 +30,18 @@ from swerl.agent.loop import Agent, AgentConfig
 from swerl.agent.tools import install_tools
 from swerl.agent.trajectory import ExitReason, Trajectory
 from swerl.data.task import Task
-from swerl.envs.docker_sandbox import DockerSandbox, DockerSandboxConfig
+from swerl.envs.docker_sandbox import DockerSandboxConfig
+from swerl.envs.factory import SandboxConfig, make_sandbox
+from swerl.envs.sandbox import SandboxError
 from swerl.grading.grader import GradingConfig, grade_prediction
 from swerl.grading.results import GradeResult
 from swerl.inference.base import InferenceEngine
 from swerl.rollout.store import TrajectoryStore
+
+
+def agent_sandbox() -> DockerSandboxConfig:
+    """The default sandbox of an agent: docker, its commands over one long-lived runner (a few ms each)."""
+    return DockerSandboxConfig(exec_channel=True)
 
 
 class RolloutConfig(BaseModel):
@@ -44,9 +54,9 @@ class RolloutConfig(BaseModel):
     seed: int | None = Field(0, description="Base seed; each (task, sample, turn) derives its own. None: unseeded.")
     grade: bool = Field(True, description="Grade each trajectory's patch in a fresh sandbox as soon as it ends.")
     agent: AgentConfig = Field(default_factory=AgentConfig)
-    sandbox: DockerSandboxConfig = Field(
-        default_factory=lambda: DockerSandboxConfig(exec_channel=True),
-        description="Limits of the agent's sandboxes; their commands go over one long-lived runner each.",
+    sandbox: SandboxConfig = Field(
+        default_factory=agent_sandbox,
+        description="The agent's sandboxes: backend (kind) and limits; by default docker, commands over one long-lived runner each.",
     )
     grading: GradingConfig = Field(default_factory=GradingConfig)
     reuse_grades: bool = Field(True, description="Grade each distinct (task, patch) once per run and reuse the verdict for repeats.")
@@ -60,6 +70,7 @@ class RolloutSummary(BaseModel):
     skipped: int
     produced: int
     exit_reasons: dict[str, int]
+    infra_failed: int = Field(0, description="Trajectories of this call that failed for infrastructure (never scored).")
     resolved: int
     graded: int
     generation_s: float
@@ -117,6 +128,7 @@ async def run_rollouts(
         skipped=len(tasks) * config.samples - len(pending),
         produced=len(produced),
         exit_reasons=dict(sorted(reasons.items())),
+        infra_failed=sum(1 for t in produced if t.infra_failed),
         resolved=sum(1 for t in produced if t.resolved),
         graded=sum(1 for t in produced if t.resolved is not None),
         generation_s=sum(t.generation_s for t in produced),
@@ -131,15 +143,18 @@ async def run_rollouts(
 async def _run_one(task: Task, sample: int, image: str | None, agent: Agent, config: RolloutConfig,
                    grade: Callable[[Task, str, str, int], Awaitable[GradeResult]]) -> Trajectory:
     if image is None:
-        return _failed(task, sample, agent, "no environment image for this task; run `swerl images build` first")
+        return _failed(task, sample, agent, "no environment image for this task; run `swerl images build` first "
+                       "(for a local sandbox: its repository is missing from the mirror folder)")
     t0 = time.monotonic()
-    sandbox = DockerSandbox(image, config.sandbox, base_commit=task.base_commit)
+    sandbox = make_sandbox(config.sandbox, image, base_commit=task.base_commit)
     try:
-        await asyncio.to_thread(sandbox.__enter__)
+        await asyncio.to_thread(sandbox.start)
         await asyncio.to_thread(install_tools, sandbox)
-    except Exception as e:  # sandbox start, tool install: infrastructure, isolated to this pair
+    except Exception as e:  # isolated to this pair; the policy never acted
         await asyncio.to_thread(sandbox.close)
-        traj = _failed(task, sample, agent, f"sandbox start failed: {type(e).__name__}: {e}")
+        # a sandbox that cannot start is the infrastructure's failure; anything else here is a bug in swerl
+        reason = ExitReason.infra_error if isinstance(e, SandboxError) else ExitReason.error
+        traj = _failed(task, sample, agent, f"sandbox start failed: {type(e).__name__}: {e}", reason)
         traj.sandbox_s = time.monotonic() - t0
         return traj
     started = time.monotonic()
@@ -160,10 +175,10 @@ async def _run_one(task: Task, sample: int, image: str | None, agent: Agent, con
     return traj
 
 
-def _failed(task: Task, sample: int, agent: Agent, message: str) -> Trajectory:
+def _failed(task: Task, sample: int, agent: Agent, message: str, reason: ExitReason = ExitReason.error) -> Trajectory:
     return Trajectory(
         instance_id=task.instance_id, sample_index=sample, trajectory_id=f"{task.instance_id}/{sample}",
-        policy_version=agent.engine.policy_version, engine=agent.engine.name, exit_reason=ExitReason.error, error=message,
+        policy_version=agent.engine.policy_version, engine=agent.engine.name, exit_reason=reason, error=message,
     )
 
 

@@ -4,7 +4,9 @@ A Parquet file cannot be appended to in place, and a writer killed mid-file leav
 readable footer. So each finished trajectory becomes its own small part
 (``part-<time>-<uuid>.parquet``, written to a temp name then renamed): a crash loses at
 most the runs still in flight, and a rerun skips every (instance_id, sample_index) that
-already has a part. ``compact()`` merges parts when the folder gets crowded.
+already has a part, except those that ended in ``error`` or failed for infrastructure
+(``Trajectory.infra_failed``): their next part replaces them. ``compact()`` merges parts
+when the folder gets crowded.
 
 Schema (one row per trajectory; see swerl.agent.trajectory for the token layout):
 
@@ -22,7 +24,7 @@ response_ids         list<int32>      replies and turn suffixes, in order
 action_mask          list<int8>       1 = sampled by the policy, 0 = environment/template
 logprobs             list<float32>    sampler log-prob on action tokens, 0 elsewhere
 exact_ids            bool             false if an HTTP engine forced re-tokenization
-exit_reason          string           submitted | max_turns | context_exceeded | timeout | format_errors | error
+exit_reason          string           submitted | max_turns | context_exceeded | timeout | format_errors | error | infra_error
 error                string (null)    infrastructure error message
 patch                string           git diff at the end of the run
 num_turns            int32            replies given
@@ -46,7 +48,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from swerl.agent.trajectory import Trajectory, Turn
+from swerl.agent.trajectory import ExitReason, Trajectory, Turn, is_infra_failure
 
 SCHEMA = pa.schema(
     [
@@ -123,10 +125,21 @@ class TrajectoryStore:
             return SCHEMA.empty_table()
         return pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in parts])
 
+    def _outcomes(self) -> dict[tuple[str, int], tuple[str, str | None, str | None]]:
+        """(exit_reason, grade_failure, error) of each pair's latest row, reading only those columns."""
+        t = self.table().select(["instance_id", "sample_index", "exit_reason", "grade_failure", "error"]).to_pydict()
+        return {(i, s): (r, g, e) for i, s, r, g, e in zip(t["instance_id"], t["sample_index"], t["exit_reason"],
+                                                             t["grade_failure"], t["error"])}
+
     def done(self) -> set[tuple[str, int]]:
-        """(instance_id, sample_index) pairs with a stored trajectory that is not an infrastructure error."""
-        t = self.table().select(["instance_id", "sample_index", "exit_reason"]).to_pydict()
-        return {(i, s) for i, s, r in zip(t["instance_id"], t["sample_index"], t["exit_reason"]) if r != "error"}
+        """Pairs a rerun keeps: their latest trajectory is neither an ``error`` nor an infrastructure failure."""
+        return {pair for pair, (reason, grade_failure, _) in self._outcomes().items()
+                if reason != ExitReason.error.value and not is_infra_failure(reason, grade_failure)}
+
+    def infra_failures(self) -> dict[tuple[str, int], str]:
+        """Pairs whose latest trajectory failed for infrastructure (``Trajectory.infra_failed``), with why."""
+        return {pair: error or f"grading: {grade_failure}" for pair, (reason, grade_failure, error) in self._outcomes().items()
+                if is_infra_failure(reason, grade_failure)}
 
     def latest_rows(self) -> list[dict]:
         """One row per (instance_id, sample_index): the last one written (a retried error is replaced)."""

@@ -1,4 +1,10 @@
-"""Stage: roll the agent out on a task set (resumable), and evaluation on top of it."""
+"""Stage: roll the agent out on a task set (resumable), and evaluation on top of it.
+
+A stage whose share of infrastructure-failed pairs (``Trajectory.infra_failed``) exceeds
+``max_infra_failure_rate`` raises ``InfraFailureRate`` (retryable) once it has stored what
+it finished; its rerun redoes only the failed pairs. Below the bound the stage completes,
+and evaluation leaves the failed pairs out of every figure and lists them apart.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from swerl.agent.trajectory import Trajectory
 from swerl.data.task import Task
+from swerl.envs.factory import SandboxConfig, environment_kind
 from swerl.eval.report import EvalReport, build_report
-from swerl.rollout.runner import RolloutSummary
-from swerl.stages.errors import StageInputError
+from swerl.rollout.runner import RolloutSummary, agent_sandbox
+from swerl.rollout.store import TrajectoryStore
+from swerl.stages.errors import InfraFailureRate, StageInputError
 from swerl.stages.images import ImagesStage, build_outcomes, image_config, load_task_file
 
 EngineKind = Literal["hf", "vllm", "openai", "scripted"]
@@ -53,6 +61,16 @@ class RolloutStage(BaseModel):
     skip_invalid: bool = Field(False, description="Load the valid task records and skip the invalid ones.")
     run_id: str | None = Field(None, description="Labels this run's containers (reaping, cancellation); default: random.")
     instance_ids: list[str] | None = Field(None, description="Only these tasks of the file (a chunk); None: all.")
+    sandbox: SandboxConfig = Field(
+        default_factory=agent_sandbox,
+        description="The agent's sandboxes: docker (default; images built from the tasks), local (each task's "
+        "repository from `repos` copied on this machine, no isolation, no grading: tests and laptops without "
+        "Docker), or flaky (injected start failures around either).")
+    max_infra_failure_rate: float = Field(
+        0.2, ge=0.0, le=1.0,
+        description="Most share of the stage's (task, sample) pairs that may fail for infrastructure (the sandbox "
+        "never started, or grading's sandbox failed); above it the stage raises InfraFailureRate (retryable), and "
+        "its rerun redoes only those pairs. 0: any such failure fails the stage.")
 
 
 class RolloutResult(BaseModel):
@@ -76,7 +94,8 @@ def stage_tasks(stage: RolloutStage) -> list[Task]:
 def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | None = None,
                 on_start: Callable[[int], None] | None = None,
                 on_build: Callable[[object], None] | None = None) -> RolloutResult:
-    """Build (or find) the images, then run every (task, sample) not yet stored in ``out``.
+    """Build (or find) the images, then run every (task, sample) not yet stored in ``out``; raises
+    InfraFailureRate (after storing what finished) when too many pairs failed for infrastructure.
 
     ``on_start(n)`` is called with the number of trajectories this call will produce.
     """
@@ -87,7 +106,6 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
     from swerl.inference.factory import load_tokenizer, make_engine
     from swerl.inference.scripted import ReplaceDemonstrator, script_from_patch
     from swerl.rollout.runner import RolloutConfig, rollout
-    from swerl.rollout.store import TrajectoryStore
 
     tasks = stage_tasks(stage)
     try:
@@ -95,10 +113,7 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
         chat = ChatFormat(tok)
     except (EngineError, ChatTemplateError) as e:
         raise StageInputError(str(e)) from e
-    images_cfg = ImagesStage(tasks=stage.tasks, repos=stage.repos, ca_certs=stage.ca_certs,
-                             concurrency=min(stage.concurrency, 64), log_dir=stage.log_dir)
-    outcomes = build_outcomes(tasks, image_config(images_cfg), on_build)
-    images = {iid: o.image for iid, o in outcomes.items() if o.image and not o.error}
+    images = _environments(stage, tasks, on_build)
     scripts = None
     if stage.engine == "scripted":
         scripts = (ReplaceDemonstrator(tok, {t.instance_id: t.patch for t in tasks}, give_up=stage.demo_give_up)
@@ -119,6 +134,7 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
         agent=AgentConfig(max_turns=stage.max_turns, max_context=stage.max_context, max_new_tokens=stage.max_new_tokens,
                           command_timeout_s=stage.command_timeout_s, deadline_s=stage.deadline_s, prompt_dir=stage.prompt_dir),
         grading=GradingConfig(log_dir=stage.log_dir / "grading"),
+        sandbox=stage.sandbox.model_copy(deep=True),  # labelled below; the stage's own config stays as given
     )
     if stage.run_id:
         config.sandbox.run_id = stage.run_id
@@ -129,12 +145,49 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
         engine.close()
     stage.out.mkdir(parents=True, exist_ok=True)
     (stage.out / "summary.json").write_text(summary.model_dump_json(indent=2))
+    check_infra_failures(TrajectoryStore(store_dir), tasks, stage.samples, stage.max_infra_failure_rate)
     return RolloutResult(summary=summary, store=store_dir, tasks=[t.instance_id for t in tasks])
 
 
-def stored_trajectories(store: Path, instance_ids: list[str] | None = None) -> list[Trajectory]:
-    from swerl.rollout.store import TrajectoryStore
+def _environments(stage: RolloutStage, tasks: list[Task], on_build: Callable[[object], None] | None) -> dict[str, str]:
+    """instance_id -> what its sandbox starts from: a built image, or (local sandboxes) the repository mirror.
+    A task left out gets an ``error`` trajectory that says why."""
+    if environment_kind(stage.sandbox) == "image":
+        images_cfg = ImagesStage(tasks=stage.tasks, repos=stage.repos, ca_certs=stage.ca_certs,
+                                 concurrency=min(stage.concurrency, 64), log_dir=stage.log_dir)
+        outcomes = build_outcomes(tasks, image_config(images_cfg), on_build)
+        return {iid: o.image for iid, o in outcomes.items() if o.image and not o.error}
+    from swerl.envs.repos import MirrorRepoSource, RepoNotFoundError
 
+    if stage.grade:
+        raise StageInputError("grading runs in Docker sandboxes of built images, and a local agent sandbox has none: "
+                              "set grade to false, or use a docker sandbox")
+    if stage.repos is None:
+        raise StageInputError("a local sandbox copies each task's repository from the mirror folder: set repos")
+    source, found = MirrorRepoSource(stage.repos), {}
+    for t in tasks:
+        try:
+            found[t.instance_id] = str(source.locate(t.repo))
+        except RepoNotFoundError:
+            pass
+    return found
+
+
+def check_infra_failures(store: TrajectoryStore, tasks: list[Task], samples: int, bound: float) -> None:
+    """Raise InfraFailureRate when more than ``bound`` of the ``tasks`` x ``samples`` pairs stored in
+    ``store`` failed for infrastructure."""
+    wanted = {t.instance_id for t in tasks}
+    failed = {pair: why for pair, why in store.infra_failures().items() if pair[0] in wanted and pair[1] < samples}
+    total = len(tasks) * samples
+    if total and len(failed) / total > bound:
+        (iid, sample), why = sorted(failed.items())[0]
+        raise InfraFailureRate(
+            f"{len(failed)} of {total} (task, sample) pairs ({len(failed) / total:.0%}) failed for infrastructure, over "
+            f"the bound of {bound:.0%} (max_infra_failure_rate); e.g. {iid}/{sample}: {why[:300]}. Rerun the stage: it "
+            "keeps the finished pairs and redoes only these.", failed=len(failed), total=total, bound=bound)
+
+
+def stored_trajectories(store: Path, instance_ids: list[str] | None = None) -> list[Trajectory]:
     wanted = set(instance_ids) if instance_ids is not None else None
     return [t for t in TrajectoryStore(store).trajectories() if wanted is None or t.instance_id in wanted]
 

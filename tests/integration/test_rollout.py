@@ -1,43 +1,32 @@
 """Rollouts for real: Docker sandboxes, the in-sandbox tools, submit, grading, Parquet.
 
 The scripted policy applies each demo task's gold patch through `open`/`edit`/`create`
-and submits; every exit reason is driven by a script or a limit; the tiny model runs the
-same path with the transformers engine.
+and submits; the tiny model runs the same path with the transformers engine. The agent
+loop's exit reasons are driven without Docker in tests/unit/test_agent_loop.py.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
 
 import pytest
 
-from swerl.agent.loop import Agent, AgentConfig
-from swerl.agent.tools import install_tools
+from swerl.agent.loop import AgentConfig
 from swerl.agent.trajectory import ExitReason
-from swerl.envs.docker_sandbox import DockerSandbox
+from swerl.envs.docker_sandbox import DockerSandboxConfig, running_containers
+from swerl.envs.flaky_sandbox import FlakySandboxConfig
 from swerl.grading.grader import GradingConfig
 from swerl.inference.hf_engine import HFEngine
 from swerl.inference.scripted import ScriptedEngine, script_from_patch
 from swerl.rollout.runner import RolloutConfig, rollout
 from swerl.rollout.store import TrajectoryStore
+from swerl.stages.errors import InfraFailureRate
+from swerl.stages.rollout import RolloutStage, run_eval
+from tests.support.trajectories import assert_prefix_invariant, assert_token_accounting, cmd
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 DURATIONS = "swerl-demo__durations-1"
-
-
-def assert_prefix_invariant(traj, chat, tok):
-    """The stored ids are the template's tokenization of the stored messages (up to the last turn's closing newline)."""
-    rendered = tok.apply_chat_template(traj.messages, tokenize=True, return_dict=False,
-                                       add_generation_prompt=traj.messages[-1]["role"] == "user")
-    assert rendered[: len(traj.ids)] == traj.ids
-    assert rendered[len(traj.ids):] in ([], chat.encode("\n"))
-
-
-def assert_token_accounting(traj):
-    assert len(traj.response_ids) == len(traj.action_mask) == len(traj.logprobs)
-    assert sum(traj.action_mask) == sum(t.n_action_tokens for t in traj.turns)
-    assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.action_mask) if m == 0)
 
 
 def test_scripted_gold_rollouts_resolve_every_demo_task_and_resume(demo_tasks, demo_images, tok, chat, tmp_path):
@@ -61,83 +50,6 @@ def test_scripted_gold_rollouts_resolve_every_demo_task_and_resume(demo_tasks, d
         assert_prefix_invariant(t, chat, tok)
     again = rollout(tasks, demo_images, engine, chat, config, tmp_path / "traj")
     assert (again.produced, again.skipped) == (0, 9)
-
-
-async def _agent_run(task, image, engine, chat, **config):
-    agent = Agent(engine, chat, AgentConfig(**config))
-    sandbox = DockerSandbox(image, base_commit=task.base_commit)
-    await asyncio.to_thread(sandbox.__enter__)
-    try:
-        await asyncio.to_thread(install_tools, sandbox)
-        return await agent.run(task, sandbox, sample_index=0, seed=0)
-    finally:
-        await asyncio.to_thread(sandbox.close)
-
-
-def scripted_run(demo_tasks, demo_images, tok, chat, replies, **config):
-    task = demo_tasks[DURATIONS]
-    engine = ScriptedEngine(tok, {DURATIONS: replies})
-    return asyncio.run(_agent_run(task, demo_images[DURATIONS], engine, chat, **config))
-
-
-def cmd(text: str) -> str:
-    return f"Next step.\n```\n{text}\n```"
-
-
-def test_max_turns_and_the_prompt_line_tracks_cd_and_open(demo_tasks, demo_images, tok, chat):
-    traj = scripted_run(demo_tasks, demo_images, tok, chat, [cmd("cd durations"), cmd("open __init__.py"), cmd("pwd"), cmd("ls")], max_turns=3)
-    assert traj.exit_reason is ExitReason.max_turns and traj.num_turns == 3
-    assert traj.turns[0].observation.endswith("(Open file: n/a)\n(Current directory: /testbed/durations)\nbash-$")
-    assert "(Open file: /testbed/durations/__init__.py)" in traj.turns[1].observation
-    assert traj.turns[2].observation.startswith("/testbed/durations\n")
-    assert traj.patch == ""  # nothing was changed
-    assert_token_accounting(traj)
-    assert_prefix_invariant(traj, chat, tok)
-
-
-def test_format_errors_are_observations_then_end_the_run(demo_tasks, demo_images, tok, chat):
-    replies = ["I think it is fine.", "Two at once:\n```\nls\n```\n```\npwd\n```", cmd("ls"), "no", "no", "no"]
-    traj = scripted_run(demo_tasks, demo_images, tok, chat, replies, max_format_errors=3)
-    assert traj.exit_reason is ExitReason.format_errors
-    assert [t.format_error is not None for t in traj.turns] == [True, True, False, True, True, True]
-    assert traj.turns[0].observation.startswith("Your reply was not executed: no command found")
-    assert "more than one command" in traj.turns[1].observation
-    assert_prefix_invariant(traj, chat, tok)
-
-
-def test_interactive_programs_are_refused_as_format_errors(demo_tasks, demo_images, tok, chat):
-    traj = scripted_run(demo_tasks, demo_images, tok, chat, [cmd("vim setup.py"), cmd("submit")])
-    assert "interactive program 'vim'" in traj.turns[0].format_error
-    assert traj.exit_reason is ExitReason.submitted
-
-
-def test_the_deadline_ends_a_straggler_with_timeout(demo_tasks, demo_images, tok, chat):
-    traj = scripted_run(demo_tasks, demo_images, tok, chat, [cmd("sleep 60")], deadline_s=3, command_timeout_s=60)
-    assert traj.exit_reason is ExitReason.timeout
-    assert traj.turns[0].timed_out and traj.wall_s < 30
-
-
-def test_a_command_timeout_is_an_observation_not_an_exit(demo_tasks, demo_images, tok, chat):
-    traj = scripted_run(demo_tasks, demo_images, tok, chat, [cmd("sleep 30"), cmd("submit")], command_timeout_s=1)
-    assert traj.turns[0].observation.startswith("The command timed out after 1 seconds and was killed.")
-    assert traj.exit_reason is ExitReason.submitted
-
-
-def test_context_exceeded_when_the_next_turn_cannot_fit(demo_tasks, demo_images, tok, chat):
-    probe = scripted_run(demo_tasks, demo_images, tok, chat, [cmd("submit")])
-    budget = len(probe.prompt_ids) + 40
-    traj = scripted_run(demo_tasks, demo_images, tok, chat, [cmd("cat durations/__init__.py")] * 5, max_context=budget, min_turn_tokens=8)
-    assert traj.exit_reason is ExitReason.context_exceeded
-    assert len(traj.ids) <= budget
-    assert_prefix_invariant(traj, chat, tok)
-
-
-def test_an_engine_failure_is_an_error_exit_with_the_message(demo_tasks, demo_images, tok, chat):
-    task = demo_tasks[DURATIONS]
-    engine = ScriptedEngine(tok, {"some-other-task": []})
-    traj = asyncio.run(_agent_run(task, demo_images[DURATIONS], engine, chat))
-    assert traj.exit_reason is ExitReason.error
-    assert "no script for trajectory" in traj.error
 
 
 def test_one_failing_pair_and_one_straggler_do_not_stop_the_others(demo_tasks, demo_images, tok, chat, tmp_path):
@@ -191,3 +103,24 @@ def test_a_patch_already_graded_for_the_task_is_not_graded_again(demo_tasks, dem
         assert len([p for p in logs.rglob("sample-*") if p.is_dir()]) == gradings  # one grading sandbox per patch
         for t in TrajectoryStore(tmp_path / f"traj-{reuse}").trajectories():
             assert t.fail_to_pass_passed == len(task.FAIL_TO_PASS) and t.pass_to_pass_failed == 0
+
+
+def test_an_evaluation_with_one_sandbox_start_in_three_failing_retries_and_scores_only_real_runs(
+        demo, demo_tasks, tiny_model_dir, tmp_path, run_id):
+    stage = RolloutStage(tasks=demo.tasks_file, repos=demo.repos_dir, model=str(tiny_model_dir), engine="scripted",
+                         concurrency=3, max_turns=20, out=tmp_path / "eval", log_dir=tmp_path / "logs", run_id=run_id,
+                         sandbox=FlakySandboxConfig(fail_every=3, inner=DockerSandboxConfig(exec_channel=True)))
+    # starts 1..9: the 3rd, 6th and 9th fail; 3 of 9 is over the 20% bound, so no Pass@1 is computed at all
+    with pytest.raises(InfraFailureRate, match=r"^3 of 9 \(task, sample\) pairs \(33%\) failed for infrastructure"):
+        run_eval(stage)
+    assert not (tmp_path / "eval" / "eval.json").exists()
+    # the rerun redoes those 3 pairs; its 3rd start (the 12th) fails again: 1 of 9 is within the bound
+    report, result = run_eval(stage)
+    assert (result.summary.skipped, result.summary.produced, result.summary.infra_failed) == (6, 3, 1)
+    (failed,) = report.infra_failed_ids
+    iid = failed.split("/")[0]
+    # gold patches resolve every task that ran: the failed pair is left out, not counted unresolved
+    assert (report.pass_at_1, report.tasks, report.infra_failed, report.ungraded) == (1.0, 9, 1, 0)
+    assert report.per_task[iid] == [None] and sum(v == [True] for v in report.per_task.values()) == 8
+    assert json.loads((tmp_path / "eval" / "eval.json").read_text())["infra_failed_ids"] == [failed]
+    assert running_containers(run_id) == []
