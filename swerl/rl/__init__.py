@@ -1,5 +1,6 @@
-"""The RL math of the paper (REFERENCE.md section 4): rewards, group advantages, the DAPO loss,
-chunked action log-probs and micro-batching. Pure functions; the training loop lives elsewhere."""
+"""The RL math of the paper (Golubev et al., arXiv 2508.03501): rewards, group advantages, the
+DAPO loss, chunked action log-probs and micro-batching. Pure functions; the training loop lives
+elsewhere."""
 
 from swerl.rl.advantages import BatchAdvantages, batch_advantages, group_advantages
 from swerl.rl.batching import action_token_count, pack_microbatches

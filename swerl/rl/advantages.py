@@ -1,4 +1,4 @@
-"""Group-relative advantages (REFERENCE.md section 4), one scalar per trajectory.
+"""Group-relative advantages, as in the paper's modified DAPO: one scalar per trajectory.
 
 ``A = (R - mean_group(R)) / (std_group(R) + eps)``, the group being the G samples of one
 task. The std is the SAMPLE std (ddof=1, divisor G-1): the DAPO reference implementation

@@ -1,11 +1,12 @@
-"""The paper's DAPO loss (REFERENCE.md section 4), a pure function over padded [B, T] tensors.
+"""The paper's DAPO loss, a pure function over padded [B, T] tensors.
 
 Per action token: ``rho = pi_theta / pi_old``, objective
 ``min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A)``; the loss is minus the sum over
 ALL action tokens of the batch divided by their number (token-level aggregation). A
 micro-batch passes ``norm_tokens`` = the action tokens of the whole optimiser step, so that
 summing micro-batch losses (and gradients) reproduces the single-batch value exactly.
-Observation tokens (mask 0) never enter the loss and get exactly zero gradient.
+Observation tokens (mask 0) never enter the loss and get exactly zero gradient. As in the
+paper there is no KL term to a reference policy.
 """
 
 from __future__ import annotations
@@ -60,8 +61,6 @@ def dapo_loss(
     eps_high: float = 0.3,
     norm_tokens: int | None = None,
     aggregation: Aggregation = "token",
-    ref_logprobs: torch.Tensor | None = None,  # [B, T] log pi_ref(token), for the optional KL term
-    kl_coef: float = 0.0,
     entropy: torch.Tensor | None = None,  # [B, T] per-token entropy of pi_theta, for the metric only
     norm_sequences: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -71,28 +70,20 @@ def dapo_loss(
     denominator to use instead of this call's own count, for gradient accumulation.
     Metrics: ``clip_frac_low`` (A < 0 and rho < 1 - eps_low: the low clip is what stops the
     gradient), ``clip_frac_high`` (A > 0 and rho > 1 + eps_high), ``approx_kl`` (k3 estimate of
-    KL(pi_old || pi_theta)), ``ratio_mean/min/max``, ``kl_ref`` and ``entropy`` when their
-    inputs are given, and ``action_tokens`` (to weight metrics across micro-batches).
+    KL(pi_old || pi_theta)), ``ratio_mean/min/max``, ``entropy`` when it is given, and
+    ``action_tokens`` (to weight metrics across micro-batches).
     """
     if aggregation not in ("token", "sequence"):
         raise ValueError(f"aggregation must be 'token' or 'sequence', got {aggregation!r}")
     if aggregation == "token" and norm_sequences is not None or aggregation == "sequence" and norm_tokens is not None:
         raise ValueError("norm_tokens goes with aggregation='token', norm_sequences with aggregation='sequence'")
-    if kl_coef and ref_logprobs is None:
-        raise ValueError(f"kl_coef={kl_coef} needs ref_logprobs")
     mask = action_mask.bool()
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     # where, not multiplication: masked positions get ratio 1 and exactly zero gradient
     log_ratio = torch.where(mask, logprobs - old_logprobs, torch.zeros_like(logprobs))
     ratio = torch.exp(log_ratio)
     pg_loss = -_aggregate(clipped_objective(ratio, adv, eps_low, eps_high), mask, aggregation, norm_tokens, norm_sequences)
-    loss = pg_loss
     metrics: dict[str, torch.Tensor] = {"pg_loss": pg_loss.detach()}
-    if ref_logprobs is not None:
-        kl_ref_tokens = k3(torch.where(mask, ref_logprobs - logprobs, torch.zeros_like(logprobs)))
-        if kl_coef:
-            loss = loss + kl_coef * _aggregate(kl_ref_tokens, mask, aggregation, norm_tokens, norm_sequences)
-        metrics["kl_ref"] = masked_mean(kl_ref_tokens.detach(), mask)
 
     with torch.no_grad():
         adv_full = adv.expand_as(ratio)
@@ -107,4 +98,4 @@ def dapo_loss(
         metrics["ratio_max"] = torch.where(n > 0, torch.where(mask, ratio, -torch.inf).amax(), one)
         if entropy is not None:
             metrics["entropy"] = masked_mean(entropy, mask)
-    return loss, metrics
+    return pg_loss, metrics

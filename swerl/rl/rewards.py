@@ -1,4 +1,4 @@
-"""Rewards, as in the paper (REFERENCE.md section 4): ``R = success (0/1) + R_length``.
+"""Rewards, as in the paper's RL loop: ``R = success (0/1) + R_length``.
 
 ``R_length`` is counted in TURNS: 0 below ``L_thr``, then ``(L_thr - turns) / (T_max - L_thr)``,
 which falls linearly to -1 at the turn budget ``T_max``. With L_thr 10 and T_max 40: 5 turns

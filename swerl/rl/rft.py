@@ -1,4 +1,4 @@
-"""Rejection fine-tuning data (REFERENCE.md section 3): the resolved trajectories, as trained.
+"""Rejection fine-tuning data, the paper's first stage: the resolved trajectories, as trained.
 
 A kept trajectory is trained on exactly the tokens its policy sampled (the stored ids, no
 re-rendering), except the replies that caused a format error: those stay in the context

@@ -9,13 +9,14 @@ Linux only (/proc).
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+# The group-stopping helpers are swerl's one implementation; swerl.services.stack reaches them here.
+from swerl.util.processes import group_members, is_running, stop_group  # noqa: F401
 
 
 @dataclass
@@ -57,21 +58,6 @@ def remove_record(run_dir: Path, name: str) -> None:
     pid_path(run_dir, name).unlink(missing_ok=True)
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # comm (field 2) may hold spaces and parentheses: split after its closing one
-    return raw[raw.rindex(")") + 2:].split()
-
-
-def is_running(pid: int) -> bool:
-    """A live process (zombies, which hold a pid but run nothing, are not)."""
-    fields = _stat_fields(pid)
-    return fields is not None and fields[0] != "Z"
-
-
 def cmdline(pid: int) -> list[str] | None:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -83,27 +69,6 @@ def cmdline(pid: int) -> list[str] | None:
 def is_ours(record: PidRecord) -> bool:
     """The recorded pid is alive and still runs the recorded command."""
     return is_running(record.pid) and cmdline(record.pid) == record.command
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live processes of a process group."""
-    members = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            fields = _stat_fields(int(entry.name))
-            # after the state: ppid, pgrp
-            if fields is not None and fields[0] != "Z" and int(fields[2]) == pgid:
-                members.append(int(entry.name))
-    return members
-
-
-def reap(pid: int) -> bool:
-    """Collect the exit status when the service is our own child (tests, `up` and `down` in one process), so it
-    does not linger as a zombie. True once there is nothing left to collect: reaped, or not our child."""
-    try:
-        return os.waitpid(pid, os.WNOHANG)[0] == pid
-    except ChildProcessError:
-        return True
 
 
 def start(name: str, command: list[str], env: dict[str, str], cwd: Path, log: Path, port: int | None,
@@ -119,25 +84,6 @@ def start(name: str, command: list[str], env: dict[str, str], cwd: Path, log: Pa
     record = PidRecord(name=name, pid=proc.pid, command=command, port=port, started_at=time.time())
     record.write(run_dir)
     return proc, record
-
-
-def stop_group(pgid: int, timeout_s: float) -> None:
-    """SIGTERM the whole group, wait up to timeout_s for it to exit, then SIGKILL what is left."""
-    for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + wait_s
-        while True:
-            # A multi-threaded leader shows as a zombie while its other threads still exit, and cannot
-            # be reaped until they have: wait for the reap itself, not for the zombie state
-            if reap(pgid) and not group_members(pgid):
-                return
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.1)
-    raise RuntimeError(f"process group {pgid} survived SIGKILL: {group_members(pgid)}")
 
 
 def port_free(host: str, port: int) -> bool:

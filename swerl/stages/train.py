@@ -183,12 +183,3 @@ def train_dapo(stage: DAPOStage, on_start: OnStart | None = None, on_step: OnSte
             "eps_low": stage.eps_low, "eps_high": stage.eps_high, "drop_zero_advantage": stage.drop_zero_advantage,
             "loss_aggregation": stage.loss_aggregation}
     return _train(stage, d.rows, config, spec, d.summary(), on_start, on_step)
-
-
-def dapo_data_summary(stage: DAPOStage) -> dict[str, float]:
-    """The data-side figures of a DAPO iteration (reward mean, kept fraction, ...) without training."""
-    from swerl.train import data
-
-    found = _read(stage.trajectories, stage.policy_version, exact=True)
-    overrides = data.read_reward_overrides(stage.rewards_file) if stage.rewards_file else None
-    return data.dapo_data(found, stage.reward, stage.advantage, overrides, stage.drop_zero_advantage).summary()

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class TrainerConfig(BaseModel):
-    """How the policy is optimised. Defaults are the paper's DAPO settings (REFERENCE.md section 4)."""
+    """How the policy is optimised. Defaults are the paper's DAPO settings (no KL term, no critic)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -36,7 +36,6 @@ class TrainerConfig(BaseModel):
     total_steps: int | None = Field(None, ge=1, description="Optimiser steps of the whole run; required by the decaying schedules.")
     eps_low: float = Field(0.2, ge=0, lt=1, description="DAPO lower clip: the ratio is clipped at 1 - eps_low.")
     eps_high: float = Field(0.3, ge=0, le=10, description="DAPO upper clip (clip-higher): the ratio is clipped at 1 + eps_high (0.26 in stage 2).")
-    kl_coef: float = Field(0.0, ge=0, description="Weight of a k3 KL penalty to a reference policy; the paper uses none (0). >0 needs ref_logprobs in the batch.")
     loss_aggregation: Literal["token", "sequence"] = Field(
         "token", description="'token': sum over the step's action tokens / their count (the paper); 'sequence': mean per sequence, then over sequences.")
     max_tokens_per_microbatch: int = Field(16384, ge=1, description="Padded tokens (sequences x longest) per forward pass; must hold the longest sequence.")
@@ -80,7 +79,6 @@ class TrainBatch:
     action_mask: list[torch.Tensor]  # B x [T_b] bool
     old_logprobs: list[torch.Tensor] | None = None  # B x [T_b] float32
     advantages: torch.Tensor | None = None  # [B] float32
-    ref_logprobs: list[torch.Tensor] | None = None  # B x [T_b] float32, only for kl_coef > 0
     pad_token_id: int = 0
     meta: dict[str, Any] = field(default_factory=dict)  # caller's bookkeeping (ids, iteration); not used in the math
 
@@ -89,18 +87,16 @@ class TrainBatch:
         self.action_mask = _sequences("action_mask", self.action_mask, torch.bool)
         if self.old_logprobs is not None:
             self.old_logprobs = _sequences("old_logprobs", self.old_logprobs, torch.float32)
-        if self.ref_logprobs is not None:
-            self.ref_logprobs = _sequences("ref_logprobs", self.ref_logprobs, torch.float32)
         if self.advantages is not None:
             self.advantages = torch.as_tensor(self.advantages, dtype=torch.float32).detach().cpu().reshape(-1)
         n = len(self.input_ids)
         if n == 0:
             raise ValueError("a TrainBatch needs at least one sequence")
-        for name in ("action_mask", "old_logprobs", "ref_logprobs", "advantages"):
+        for name in ("action_mask", "old_logprobs", "advantages"):
             value = getattr(self, name)
             if value is not None and len(value) != n:
                 raise ValueError(f"{name} has {len(value)} rows, input_ids has {n}")
-        for name in ("action_mask", "old_logprobs", "ref_logprobs"):
+        for name in ("action_mask", "old_logprobs"):
             rows = getattr(self, name)
             for i, row in enumerate(rows or []):
                 if row.numel() != self.input_ids[i].numel():
@@ -126,7 +122,7 @@ class TrainBatch:
     @classmethod
     def from_padded(cls, input_ids: torch.Tensor, action_mask: torch.Tensor, attention_mask: torch.Tensor | None = None,
                     old_logprobs: torch.Tensor | None = None, advantages: torch.Tensor | Sequence[float] | None = None,
-                    ref_logprobs: torch.Tensor | None = None, pad_token_id: int = 0) -> TrainBatch:
+                    pad_token_id: int = 0) -> TrainBatch:
         """From right-padded [B, T] tensors; ``attention_mask`` (1 on real tokens) gives each row's length."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
@@ -138,7 +134,7 @@ class TrainBatch:
         def cut(x: torch.Tensor | None) -> list[torch.Tensor] | None:
             return None if x is None else [row[:n] for row, n in zip(x, lengths)]
 
-        return cls(cut(input_ids), cut(action_mask), cut(old_logprobs), advantages, cut(ref_logprobs), pad_token_id)
+        return cls(cut(input_ids), cut(action_mask), cut(old_logprobs), advantages, pad_token_id)
 
     def select(self, indices: Sequence[int]) -> TrainBatch:
         """The sub-batch of the given rows, in that order."""
@@ -146,12 +142,11 @@ class TrainBatch:
             return None if rows is None else [rows[i] for i in indices]
 
         adv = None if self.advantages is None else self.advantages[list(indices)]
-        return TrainBatch(pick(self.input_ids), pick(self.action_mask), pick(self.old_logprobs), adv,
-                          pick(self.ref_logprobs), self.pad_token_id)
+        return TrainBatch(pick(self.input_ids), pick(self.action_mask), pick(self.old_logprobs), adv, self.pad_token_id)
 
     def padded(self, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
         """Right-padded [B, T] tensors (``input_ids``, ``attention_mask``, ``action_mask``,
-        ``old_logprobs``, ``ref_logprobs``) and [B] ``advantages``, the absent ones left out."""
+        ``old_logprobs``) and [B] ``advantages``, the absent ones left out."""
         width = max(self.lengths)
 
         def pad(rows: list[torch.Tensor], value) -> torch.Tensor:
@@ -164,15 +159,13 @@ class TrainBatch:
                "attention_mask": pad([torch.ones(n, dtype=torch.long) for n in self.lengths], 0)}
         if self.old_logprobs is not None:
             out["old_logprobs"] = pad(self.old_logprobs, 0.0)
-        if self.ref_logprobs is not None:
-            out["ref_logprobs"] = pad(self.ref_logprobs, 0.0)
         if self.advantages is not None:
             out["advantages"] = self.advantages.to(device)
         return out
 
     def save(self, path: Path) -> Path:
         """Write the batch to one file (``torch.save`` of tensors only), for a trainer in another process."""
-        state = {k: getattr(self, k) for k in ("input_ids", "action_mask", "old_logprobs", "advantages", "ref_logprobs")}
+        state = {k: getattr(self, k) for k in ("input_ids", "action_mask", "old_logprobs", "advantages")}
         torch.save({**{k: v for k, v in state.items() if v is not None}, "pad_token_id": self.pad_token_id}, path)
         return Path(path)
 

@@ -67,11 +67,17 @@ def step_dir(root: Path, step: int) -> Path:
     return Path(root) / f"step-{step:06d}"
 
 
-def latest_checkpoint(root: Path) -> Path | None:
-    """The ``step-N`` checkpoint under ``root`` with the largest N, or None (partial ones are hidden)."""
+def step_checkpoints(root: Path) -> list[Path]:
+    """The published ``step-N`` checkpoints under ``root``, oldest first (partial ones are hidden)."""
     root = Path(root)
     found = [(int(m.group(1)), p) for p in root.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir()] if root.is_dir() else []
-    return max(found)[1] if found else None
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    """The ``step-N`` checkpoint under ``root`` with the largest N, or None."""
+    found = step_checkpoints(root)
+    return found[-1] if found else None
 
 
 def copy_tokenizer_files(source: str | Path, dest: Path) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from swerl.train import TrainBatch, TrainerConfig, latest_checkpoint, make_trainer, step_dir
-from swerl.train.checkpoint import STEP_DIR, read_state
+from swerl.train.checkpoint import read_state, step_checkpoints
 
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
@@ -96,8 +96,7 @@ def _prune(out: Path, keep_last: int) -> None:
     """Remove all but the ``keep_last`` newest step checkpoints (0 keeps all)."""
     if keep_last <= 0:
         return
-    steps = sorted((int(m.group(1)), p) for p in out.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir())
-    for _, p in steps[:-keep_last]:
+    for p in step_checkpoints(out)[:-keep_last]:
         shutil.rmtree(p)
 
 

@@ -30,7 +30,7 @@ from swerl.rl.loss import dapo_loss, masked_mean, masked_sum
 from swerl.train.base import TrainBatch, TrainerConfig
 
 # Per-token metrics averaged over the step's action tokens (weights: each micro-batch's count).
-WEIGHTED_METRICS = ("clip_frac_low", "clip_frac_high", "approx_kl", "ratio_mean", "entropy", "kl_ref")
+WEIGHTED_METRICS = ("clip_frac_low", "clip_frac_high", "approx_kl", "ratio_mean", "entropy")
 
 
 def learning_rate(step: int, cfg: TrainerConfig) -> float:
@@ -106,13 +106,10 @@ def sft_loss(logprobs: torch.Tensor, action_mask: torch.Tensor, aggregation: str
 def _dapo(lp, ent, mb: dict, cfg: TrainerConfig, norm_tokens: int, norm_sequences: int):
     if "old_logprobs" not in mb or "advantages" not in mb:
         raise ValueError("the dapo objective needs old_logprobs and advantages in the TrainBatch")
-    if cfg.kl_coef and "ref_logprobs" not in mb:
-        raise ValueError(f"kl_coef={cfg.kl_coef} needs ref_logprobs in the TrainBatch")
     token = cfg.loss_aggregation == "token"
     return dapo_loss(lp, mb["old_logprobs"], mb["advantages"], mb["action_mask"], cfg.eps_low, cfg.eps_high,
                      norm_tokens=norm_tokens if token else None, aggregation=cfg.loss_aggregation,
-                     ref_logprobs=mb.get("ref_logprobs"), kl_coef=cfg.kl_coef, entropy=ent.detach(),
-                     norm_sequences=None if token else norm_sequences)
+                     entropy=ent.detach(), norm_sequences=None if token else norm_sequences)
 
 
 def _sft(lp, ent, mb: dict, cfg: TrainerConfig, norm_tokens: int, norm_sequences: int):

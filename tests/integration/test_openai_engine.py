@@ -15,7 +15,8 @@ import torch
 
 from swerl.inference.base import EngineError, GenerationRequest
 from swerl.inference.openai_engine import OpenAIEngine, OpenAIEngineConfig
-from swerl.inference.vllm_server import group_alive, free_port, serve_vllm
+from swerl.inference.vllm_server import free_port, serve_vllm
+from swerl.util.processes import group_members
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +38,7 @@ def server(tiny_model_dir, tmp_path_factory):
     with serve_vllm(tiny_model_dir, log_path=tmp_path_factory.mktemp("vllm") / "server.log", startup_timeout_s=400) as url:
         print(f"\nvLLM start-up: {time.monotonic() - t0:.1f}s, log {url.log_path}")
         yield url
-    assert not group_alive(url.pid), "vLLM left processes behind"
+    assert group_members(url.pid) == [], "vLLM left processes behind"
 
 
 @pytest.fixture(scope="module")

@@ -13,15 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from swerl.inference.base import EngineError, GenerationRequest, SamplingConfig
-from swerl.inference.openai_engine import (
-    OpenAIEngine,
-    OpenAIEngineConfig,
-    check_reloadable_checkpoint,
-    completion_body,
-    finish_reason_of,
-    normalize_base_url,
-    parse_completion,
-)
+from swerl.inference.openai_engine import OpenAIEngine, OpenAIEngineConfig
+from swerl.inference.openai_protocol import completion_body, finish_reason_of, normalize_base_url, parse_completion
+from swerl.inference.weights import read_checkpoint
 
 
 class CharTokenizer:
@@ -142,16 +136,30 @@ def test_normalize_base_url():
         normalize_base_url("h:8000")
 
 
+def write_weights(folder):
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(2, 3)}, str(folder / "model.safetensors"))
+
+
 def test_reloadable_checkpoint_checks(tmp_path):
     with pytest.raises(EngineError, match="does not exist"):
-        check_reloadable_checkpoint(tmp_path / "missing")
+        read_checkpoint(tmp_path / "missing")
     with pytest.raises(EngineError, match="safetensors"):
-        check_reloadable_checkpoint(tmp_path)
+        read_checkpoint(tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"")
     with pytest.raises(EngineError, match="config.json"):
-        check_reloadable_checkpoint(tmp_path)
+        read_checkpoint(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"tie_word_embeddings": True}))
-    assert check_reloadable_checkpoint(tmp_path) == {"tie_word_embeddings": True}
+    with pytest.raises(EngineError, match="not a readable safetensors file"):
+        read_checkpoint(tmp_path)
+    write_weights(tmp_path)
+    ckpt = read_checkpoint(tmp_path)
+    assert (ckpt.config, ckpt.shapes, ckpt.tied) == ({"tie_word_embeddings": True}, {"w": (2, 3)}, True)
+    (tmp_path / "model.safetensors").write_bytes((tmp_path / "model.safetensors").read_bytes()[:-4])
+    with pytest.raises(EngineError, match="truncated"):
+        read_checkpoint(tmp_path)
 
 
 # ----- the engine against a local text-only server --------------------------------------------------
@@ -303,6 +311,13 @@ def test_retries_are_bounded(fake):
     assert fake.url in str(info.value)
 
 
+def test_backoff_doubles_up_to_its_cap_and_the_first_try_waits_for_nothing():
+    from swerl.inference.http_retry import RetryPolicy
+
+    assert list(RetryPolicy(max_retries=4, backoff_initial_s=0.5, backoff_max_s=1.5).delays()) == [0.0, 0.5, 1.0, 1.5, 1.5]
+    assert list(RetryPolicy(max_retries=0).delays()) == [0.0]
+
+
 def test_4xx_is_not_retried(fake):
     fake.statuses = [400]
     engine = OpenAIEngine(fake.url, "fake", config=fast_config(max_context=64, max_retries=5))
@@ -324,7 +339,7 @@ def test_unknown_model_and_unreachable_server_fail_at_construction(fake):
 
 def checkpoint(path, tied: bool):
     path.mkdir(parents=True, exist_ok=True)
-    (path / "model.safetensors").write_bytes(b"")
+    write_weights(path)
     (path / "config.json").write_text(json.dumps({"tie_word_embeddings": tied}))
     return path
 
@@ -446,7 +461,7 @@ def test_server_command_pins_the_sampling_settings(tmp_path):
     server = VLLMServer(model, port=8123, extra_args=["--max-num-seqs", "8"], log_path=tmp_path / "log")
     cmd = " ".join(server.command)
     for part in ("--generation-config vllm", "--logprobs-mode processed_logprobs", "--dtype float32", "--enforce-eager",
-                 "--port 8123", "--host 127.0.0.1", "--worker-extension-cls swerl.inference.vllm_engine.VLLMWorkerExtension"):
+                 "--port 8123", "--host 127.0.0.1", "--worker-extension-cls swerl.inference.vllm_worker.VLLMWorkerExtension"):
         assert part in cmd
     assert cmd.endswith("--max-num-seqs 8") and server.env["VLLM_SERVER_DEV_MODE"] == "1"
     assert server.base_url == "http://127.0.0.1:8123/v1" and server.model_name == str(model.resolve())
@@ -485,7 +500,8 @@ def test_a_server_that_dies_at_start_up_reports_its_log(tmp_path):
 def test_a_hung_server_times_out_and_leaves_no_process(tmp_path):
     import sys
 
-    from swerl.inference.vllm_server import VLLMServer, VLLMServerError, group_alive, stop_process_group
+    from swerl.inference.vllm_server import VLLMServer, VLLMServerError
+    from swerl.util.processes import group_members
 
     server = VLLMServer(tiny_config(tmp_path / "m"), log_path=tmp_path / "server.log")
     # a leader that ignores SIGTERM and a child of its own, like vLLM's engine and workers
@@ -497,5 +513,5 @@ def test_a_hung_server_times_out_and_leaves_no_process(tmp_path):
         with pytest.raises(VLLMServerError, match="did not answer"):
             server.wait_ready(1.0)
     finally:
-        stop_process_group(server.process, grace_s=0.5)
-    assert not group_alive(server.process.pid) and time.monotonic() - t0 < 15
+        server.stop(grace_s=0.5)
+    assert group_members(server.process.pid) == [] and server.process.returncode == -9 and time.monotonic() - t0 < 15

@@ -12,7 +12,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from swerl.rl.loss import dapo_loss
 from swerl.train.base import TrainBatch, TrainerConfig
-from swerl.train.checkpoint import begin, latest_checkpoint, publish, step_dir
+from swerl.train.checkpoint import begin, latest_checkpoint, publish, step_checkpoints, step_dir
 from swerl.train.step import ActionLogprobModel, accumulate_gradients, clip_grad_norm, learning_rate, plan_step, sft_loss
 
 V = 128
@@ -158,8 +158,7 @@ def test_learning_rate_warms_up_then_follows_the_schedule():
 
 def test_config_defaults_are_the_papers_and_bad_settings_are_refused():
     cfg = TrainerConfig()
-    assert (cfg.lr, cfg.betas, cfg.weight_decay, cfg.grad_clip, cfg.eps_low, cfg.eps_high, cfg.kl_coef) == (
-        1e-6, (0.9, 0.999), 0.1, 1.0, 0.2, 0.3, 0.0)
+    assert (cfg.lr, cfg.betas, cfg.weight_decay, cfg.grad_clip, cfg.eps_low, cfg.eps_high) == (1e-6, (0.9, 0.999), 0.1, 1.0, 0.2, 0.3)
     with pytest.raises(ValidationError, match="set total_steps"):
         TrainerConfig(lr_schedule="cosine")
     with pytest.raises(ValidationError, match=r"betas must each be in \[0, 1\)"):
@@ -184,13 +183,16 @@ def test_batch_file_round_trip(tmp_path):
     b = batch()
     again = TrainBatch.load(b.save(tmp_path / "b.pt"))
     assert all(torch.equal(x, y) for x, y in zip(b.input_ids + b.old_logprobs, again.input_ids + again.old_logprobs))
-    assert torch.equal(b.advantages, again.advantages) and again.ref_logprobs is None
+    assert torch.equal(b.advantages, again.advantages) and again.pad_token_id == b.pad_token_id
 
 
 def test_latest_checkpoint_is_the_highest_published_step(tmp_path):
-    for name in ("step-000002", "step-000010", ".step-000011.partial", "step-notanumber"):
+    for name in ("step-000010", "step-000002", "step-1000000", ".step-000011.partial", "step-notanumber"):
         (tmp_path / name).mkdir()
-    assert latest_checkpoint(tmp_path) == step_dir(tmp_path, 10)  # a crash mid-save leaves only a hidden .partial
+    (tmp_path / "step-000012").write_text("a file, not a checkpoint")
+    # by step number, not by name; a crash mid-save leaves only a hidden .partial
+    assert step_checkpoints(tmp_path) == [step_dir(tmp_path, 2), step_dir(tmp_path, 10), step_dir(tmp_path, 1_000_000)]
+    assert latest_checkpoint(tmp_path) == step_dir(tmp_path, 1_000_000)
     assert latest_checkpoint(tmp_path / "missing") is None
 
 

