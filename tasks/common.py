@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from swerl.stages.errors import StageInputError
+from swerl.stages.errors import RetryableStageError, StageInputError
 
 # tag-based concurrency limits (`prefect concurrency-limit create sandbox 8`) bound these
 TAG_IMAGE_BUILD = "image-build"
@@ -22,6 +22,8 @@ def _infrastructure(exc: BaseException) -> bool:
 
     if isinstance(exc, StageInputError):
         return False
+    if isinstance(exc, RetryableStageError):  # the stage kept what it finished; a rerun resumes it
+        return True
     return isinstance(exc, (DockerUnavailableError, docker.errors.APIError, ConnectionError, TimeoutError,
                             httpx.TransportError, requests.ConnectionError))
 

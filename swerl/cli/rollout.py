@@ -133,5 +133,9 @@ def eval_cmd(
                             prompt_dir, torch_threads), evaluate=True)
     ks = ", ".join(f"Pass@{k} {v:.1%}" for k, v in report.pass_at_k.items())
     print(f"Pass@1 = {report.pass_at_1:.1%} ± {report.pass_at_1_sem:.1%} (mean ± SEM over {runs} runs, {report.tasks} tasks); {ks}")
+    if report.infra_failed:
+        console.print(f"[yellow]{report.infra_failed} trajectories failed for infrastructure (a sandbox that never "
+                      "started, a grading with no verdict): left out of Pass@1 and Pass@k, not counted unresolved; "
+                      "a rerun with the same --out redoes them[/]")
     if report.ungraded:
-        console.print(f"[yellow]{report.ungraded} trajectories could not be graded (infrastructure) and count as unresolved[/]")
+        console.print(f"[yellow]{report.ungraded} trajectories were not graded and count as unresolved[/]")

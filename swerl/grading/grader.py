@@ -90,7 +90,7 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
                              + "; ".join(f"{p}: {r}" for p, r in list(refused.items())[:5]))
             return result
         if stage == "test_patch":
-            result.failure_class = FailureClass.INFRA_ERROR
+            result.failure_class = FailureClass.TASK_BROKEN
             result.reason = f"the task's test patch does not apply to base_commit (task is broken): {head[-500:]}"
             return result
         raise SandboxError(f"grading set-up failed at {stage or 'start'} (exit {run.exit_code}): {head[-500:]}")

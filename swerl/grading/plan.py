@@ -94,7 +94,7 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
     try:
         parser = get_log_parser(task.parser_name)
     except UnknownLogParserError as e:
-        result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
+        result.failure_class, result.reason = FailureClass.TASK_BROKEN, str(e)
         return None
     no_patch = not (patch or "").strip()  # only reached with run_tests_without_patch: grade_prediction answers the rest
     base = shlex.quote(task.base_commit)

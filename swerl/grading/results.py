@@ -16,6 +16,9 @@ class FailureClass(str, Enum):
     TESTS_FAILED = "tests_failed"
     TAMPERED = "tampered"  # the run's evidence was forged, broken or contradicts itself: never a reward
     INFRA_ERROR = "infra_error"
+    # the task itself cannot be graded (its test patch does not apply, its log parser is unknown):
+    # a verdict about the task, not the agent's failure and not the infrastructure's, so never retried
+    TASK_BROKEN = "task_broken"
 
 
 class TestDetail(BaseModel):

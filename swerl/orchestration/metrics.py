@@ -61,7 +61,8 @@ def grading_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
 def eval_metrics(report: EvalReport) -> dict[str, float]:
     """Pass@1 with its standard error over runs, Pass@k, turns and exit counts."""
     out = {"pass_at_1": report.pass_at_1, "pass_at_1_sem": report.pass_at_1_sem, "tasks": float(report.tasks),
-           "runs": float(report.runs), "turns_mean": report.mean_turns, "ungraded": float(report.ungraded)}
+           "runs": float(report.runs), "turns_mean": report.mean_turns, "ungraded": float(report.ungraded),
+           "infra_failed": float(report.infra_failed)}
     for k, v in report.pass_at_k.items():
         out[f"pass_at_{k}"] = v
     for reason, n in report.exit_reasons.items():

@@ -84,7 +84,9 @@ class ScoredTrajectory:
 
 def score_trajectory(traj: Trajectory, cfg: RewardConfig) -> ScoredTrajectory:
     """Reward and use of one graded trajectory."""
-    if traj.exit_reason is ExitReason.error:
+    if traj.infra_failed:  # the sandbox never let the policy act, or grading gave no verdict: never the policy's
+        use, reason = "drop", "infra_error"
+    elif traj.exit_reason is ExitReason.error:
         use, reason = cfg.error_policy, "error"
     elif traj.resolved is None:  # grading hit an infrastructure error, or it was never graded
         use, reason = cfg.error_policy, "ungraded"

@@ -136,11 +136,11 @@ def test_fail_to_pass_naming_a_test_that_does_not_exist_makes_the_task_invalid(d
     assert f"tests not found in the log: {ghost}" in verdict.reason
 
 
-def test_an_unknown_log_parser_is_an_infra_error_naming_it(demo_tasks, demo_images):
+def test_an_unknown_log_parser_is_a_broken_task_naming_it(demo_tasks, demo_images):
     task = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[0]
     bad = task.model_copy(update={"install_config": task.install_config.model_copy(update={"log_parser": "parse_log_nope"})})
     res = grade_prediction(bad, bad.patch, demo_images[task.instance_id], GradingConfig())
-    assert (res.resolved, res.failure_class, res.attempts) == (False, FailureClass.INFRA_ERROR, 1)
+    assert (res.resolved, res.failure_class, res.attempts) == (False, FailureClass.TASK_BROKEN, 1)
     assert res.reason.startswith("unknown log parser 'parse_log_nope' in install_config.log_parser")
 
 
@@ -151,12 +151,12 @@ def test_a_missing_image_is_an_infra_error_not_the_agents_failure(demo_tasks):
     assert "cannot start a container from swerl-nowhere/nothing:1" in res.reason
 
 
-def test_a_broken_test_patch_is_an_infra_error(demo_tasks, demo_images):
+def test_a_broken_test_patch_is_a_broken_task_never_retried(demo_tasks, demo_images):
     task = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[0]
     ghost = "diff --git a/tests/ghost.py b/tests/ghost.py\n--- a/tests/ghost.py\n+++ b/tests/ghost.py\n@@ -1 +1 @@\n-a\n+b\n"
     bad = task.model_copy(update={"test_patch": ghost + task.test_patch})
     res = grade_prediction(bad, bad.patch, demo_images[task.instance_id], GradingConfig())
-    assert res.failure_class == FailureClass.INFRA_ERROR
+    assert (res.failure_class, res.attempts) == (FailureClass.TASK_BROKEN, 1)
     assert "the task's test patch does not apply to base_commit" in res.reason
 
 

@@ -115,3 +115,11 @@ def test_a_stage_with_one_start_in_three_failing_fails_as_retryable_and_its_reru
     kept = [iid for iid, t in first.items() if not t.infra_failed]
     assert all(second[iid] == first[iid] for iid in kept)  # finished pairs are never run again
     assert local_sandbox_folders(run_id, sandboxes) == []
+
+
+def test_a_stage_over_its_infrastructure_bound_is_retried_by_prefect_and_bad_input_is_not():
+    from swerl.stages.errors import InfraFailureRate, StageInputError
+    from tasks.common import _infrastructure
+
+    assert _infrastructure(InfraFailureRate("3 of 9", failed=3, total=9, bound=0.2)) is True
+    assert _infrastructure(StageInputError("no such task file")) is False

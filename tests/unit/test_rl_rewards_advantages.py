@@ -74,6 +74,14 @@ def test_error_exits_and_ungraded_runs_are_excluded_by_default():
     assert (kept[0].reward, kept[0].use) == ((10 - 12) / 30, "keep")  # scored as unresolved
 
 
+def test_infrastructure_failures_are_dropped_whatever_the_error_policy():
+    never_started = traj("a", 0, "infra_error", None, 0)
+    no_verdict = traj("a", 1, "submitted", None, 6).model_copy(update={"grade_failure": "infra_error"})
+    for cfg in (RewardConfig(), RewardConfig(error_policy="keep")):
+        scored = score_trajectories([never_started, no_verdict], cfg)
+        assert [(s.reward, s.use, s.reason) for s in scored] == [(None, "drop", "infra_error")] * 2
+
+
 # --- advantages ----------------------------------------------------------------------------
 
 
