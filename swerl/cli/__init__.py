@@ -218,17 +218,24 @@ def grade(
     infra = [r for r in results if r.is_infra_error]
     if infra:
         _summarize_infra([(r.instance_id, r.reason) for r in infra], "prediction(s)")
+    from swerl.grading.results import FailureClass
+
+    broken = [r for r in results if r.failure_class is FailureClass.TASK_BROKEN]
+    if broken:
+        _summarize_infra([(r.instance_id, r.reason) for r in broken], "prediction(s)", kind="task_broken",
+                         why="the task cannot be graded as written (not the patch's fault); fix the task record")
     if bad and not skip_invalid:
         console.print(f"[bold red]error:[/] {len(bad)} bad prediction line(s) were skipped (listed above); "
                       "fix them, or pass --skip-invalid to accept the skip")
         raise typer.Exit(2)
-    raise typer.Exit(1 if infra else 0)
+    raise typer.Exit(1 if infra or broken else 0)
 
 
-def _summarize_infra(items: list[tuple[str, str]], noun: str) -> None:
-    """Name what an infrastructure error stopped: nothing was learnt about those, so the exit is non-zero."""
-    console.print(f"[bold red]infra_error[/] in {len(items)} {noun}: these were not graded (not the patch's fault); "
-                  "fix the cause and rerun:")
+def _summarize_infra(items: list[tuple[str, str]], noun: str, *, kind: str = "infra_error",
+                     why: str = "these were not graded (not the patch's fault); fix the cause and rerun") -> None:
+    """Name what stopped a grading (the infrastructure, or a broken task): nothing was learnt about those, so the
+    exit is non-zero."""
+    console.print(f"[bold red]{kind}[/] in {len(items)} {noun}: {why}:")
     for iid, reason in items[:20]:
         console.print(f"  {iid}: {reason.splitlines()[0][:300] if reason else ''}")
     if len(items) > 20:

@@ -81,7 +81,7 @@ def test_grade_cli_grades_good_lines_and_refuses_bad_ones_by_line_number(demo, d
     assert f"{preds} line 7: has 'patch' but no 'model_patch'" in proc.stderr
 
 
-def test_grade_and_validate_exit_non_zero_naming_the_infra_errors(demo, demo_tasks, demo_images, tmp_path):
+def test_grade_and_validate_exit_non_zero_naming_a_broken_task(demo, demo_tasks, demo_images, tmp_path):
     task = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[0]
     ghost = "diff --git a/tests/ghost.py b/tests/ghost.py\n--- a/tests/ghost.py\n+++ b/tests/ghost.py\n@@ -1 +1 @@\n-a\n+b\n"
     broken = task.model_copy(update={"test_patch": ghost + task.test_patch})  # changes a file that does not exist
@@ -92,12 +92,13 @@ def test_grade_and_validate_exit_non_zero_naming_the_infra_errors(demo, demo_tas
     proc = run_cli("grade", "--tasks", str(tasks_file), "--predictions", str(preds), "--repos", str(demo.repos_dir),
                    "--out", str(tmp_path / "results.jsonl"), "--log-dir", str(tmp_path / "logs"), cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "infra_error in 1 prediction(s)" in proc.stderr and f"{task.instance_id}: the task's test patch does not apply" in proc.stderr
+    assert "task_broken in 1 prediction(s)" in proc.stderr and f"{task.instance_id}: the task's test patch does not apply" in proc.stderr
     proc = run_cli("tasks", "validate", "--tasks", str(tasks_file), "--repos", str(demo.repos_dir), "--runs", "1",
                    "--no-cache", "--out", str(tmp_path / "report.json"), "--log-dir", str(tmp_path / "logs"), cwd=tmp_path)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "infra_error in 1 task(s)" in proc.stderr
-    assert json.loads((tmp_path / "report.json").read_text())["tasks"][0]["infra_error"] is True
+    assert proc.returncode == 1, proc.stderr[-3000:]  # an invalid task: a verdict about the task, not infrastructure
+    verdict = json.loads((tmp_path / "report.json").read_text())["tasks"][0]
+    assert (verdict["valid"], verdict["infra_error"]) == (False, False)
+    assert "task_broken: the task's test patch does not apply" in verdict["reason"]
 
 
 def test_a_bad_task_file_is_a_clear_error_naming_line_and_field(tmp_path):
