@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from swerl.inference.base import EngineError, GenerationRequest
-from swerl.inference.openai_engine import OpenAIEngine, OpenAIEngineConfig
+from swerl.inference.config import OpenAIEngineConfig
+from swerl.inference.openai_engine import OpenAIEngine
 from swerl.inference.vllm_server import free_port, serve_vllm
 from swerl.util.processes import group_members
 
@@ -43,7 +44,7 @@ def server(tiny_model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(server, tiny_model_dir):
-    eng = OpenAIEngine(server, str(tiny_model_dir.resolve()), policy_version="v0")
+    eng = OpenAIEngine(OpenAIEngineConfig(base_url=server, model=tiny_model_dir.resolve()), policy_version="v0")
     yield eng
     eng.close()
 
@@ -136,7 +137,7 @@ def test_load_weights_in_place(engine, hf_model, tiny_model_dir, tmp_path):
 
 def test_dead_port_fails_fast_with_bounded_retries():
     url = f"http://127.0.0.1:{free_port()}/v1"
-    engine = OpenAIEngine(url, "m", config=OpenAIEngineConfig(max_context=64, max_retries=2, backoff_initial_s=0.1))
+    engine = OpenAIEngine(OpenAIEngineConfig(base_url=url, model="m", max_context=64, max_retries=2, backoff_initial_s=0.1))
     t0 = time.monotonic()
     with pytest.raises(EngineError, match="failed 3 times") as info:
         asyncio.run(engine.generate(GenerationRequest("r", [1, 2], 4)))

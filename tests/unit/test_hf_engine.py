@@ -13,6 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from swerl.inference.base import EngineError, GenerationRequest
+from swerl.inference.config import HFEngineConfig
 from swerl.inference.hf_engine import HFEngine
 
 LOGPROB_TOLERANCE = 1e-4
@@ -20,7 +21,7 @@ LOGPROB_TOLERANCE = 1e-4
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    eng = HFEngine(tiny_model_dir)
+    eng = HFEngine(HFEngineConfig(model=tiny_model_dir))
     yield eng
     eng.close()
 
@@ -108,7 +109,7 @@ def test_a_prompt_that_fills_the_context_is_refused(engine):
 
 
 def test_load_weights_swaps_the_policy_and_its_version(tiny_model_dir, tmp_path):
-    eng = HFEngine(tiny_model_dir)
+    eng = HFEngine(HFEngineConfig(model=tiny_model_dir))
     try:
         req = GenerationRequest("w", [4, 5, 6, 7], max_new_tokens=6, seed=1)
         before = run(eng.generate(req))
@@ -146,12 +147,10 @@ def test_a_bad_checkpoint_fails_loudly_and_changes_nothing(engine, tiny_model_di
 
 
 def test_torch_threads_apply_to_the_engine_worker_alone(tiny_model_dir, reference):
-    from swerl.inference.hf_engine import HFEngineConfig
-
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        eng = HFEngine(tiny_model_dir, config=HFEngineConfig(torch_threads=1))
+        eng = HFEngine(HFEngineConfig(model=tiny_model_dir, torch_threads=1))
         try:
             r = requests(1)[0]
             g = run(eng.generate(r))
