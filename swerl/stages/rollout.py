@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from swerl.agent.trajectory import Trajectory
 from swerl.data.task import Task
@@ -146,7 +146,14 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
 
 
 def engine_config(stage: RolloutStage) -> EngineConfig:
-    """The engine the stage names, with the stage's fields that belong to it; StageInputError when one is missing."""
+    """The engine the stage names, with the stage's fields that belong to it; StageInputError when one is missing or wrong."""
+    try:
+        return _engine_config(stage)
+    except ValidationError as e:
+        raise StageInputError(f"the stage's {stage.engine} engine settings are invalid: {e}") from e
+
+
+def _engine_config(stage: RolloutStage) -> EngineConfig:
     if stage.engine == "hf":
         return HFEngineConfig(model=stage.model, max_context=stage.max_context, torch_threads=stage.torch_threads)
     if stage.engine == "vllm":

@@ -114,21 +114,6 @@ def logprob_gap(gen: Generation, model_dir: Path, prompt: list[int], sampling: S
     return (ref - torch.tensor(gen.logprobs)).abs().max().item()
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tiny_model_dir, tmp_path_factory) -> Path:
-    """A 'trainer checkpoint': the tiny model with every weight moved, saved with save_pretrained."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    gen = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
-    out = tmp_path_factory.mktemp("ckpt") / "step-1"
-    model.save_pretrained(out)
-    return out
-
-
 def test_a_reply_is_capped_by_the_request_and_by_the_sampling_config(subject):
     (by_request,) = subject.generate(GenerationRequest("cap-r", PROMPT, max_new_tokens=6, seed=1))
     with subject.sampling(SamplingConfig(max_new_tokens=4)):
@@ -188,16 +173,16 @@ def test_logprobs_are_those_of_the_distribution_sampled_from(subject):
     assert biased_gap <= LOGPROB_TOLERANCE
 
 
-def test_load_weights_changes_the_policy_version_and_the_replies(subject, checkpoint):
+def test_load_weights_changes_the_policy_version_and_the_replies(subject, trained_checkpoint):
     req = GenerationRequest("reload", PROMPT, max_new_tokens=12, seed=9)
     (before,) = subject.generate(req)
     version = subject.engine.policy_version
     if not subject.samples:  # still a conformance check: the protocol's error, nothing changed
         with pytest.raises(EngineError, match="no weights"):
-            subject.engine.load_weights(checkpoint, "1")
+            subject.engine.load_weights(trained_checkpoint, "1")
         assert subject.engine.policy_version == version
         return
-    subject.engine.load_weights(checkpoint, "1")
+    subject.engine.load_weights(trained_checkpoint, "1")
     try:
         (after,) = subject.generate(req)
     finally:
@@ -205,12 +190,12 @@ def test_load_weights_changes_the_policy_version_and_the_replies(subject, checkp
     (restored,) = subject.generate(req)
     assert after.policy_version == "1" and restored.policy_version == subject.engine.policy_version == "2"
     assert after.token_ids != before.token_ids
-    assert logprob_gap(after, checkpoint, PROMPT) <= LOGPROB_TOLERANCE  # the new weights' log-probs, every layer
+    assert logprob_gap(after, trained_checkpoint, PROMPT) <= LOGPROB_TOLERANCE  # the new weights' log-probs, every layer
     assert logprob_gap(after, subject.served, PROMPT) > 0.1  # not the old ones'
     assert restored.token_ids == before.token_ids
     assert restored.logprobs == pytest.approx(before.logprobs, abs=LOGPROB_TOLERANCE)
     with pytest.raises(EngineError, match="does not exist"):  # a bad checkpoint: refused, nothing changed
-        subject.engine.load_weights(checkpoint.parent / "missing", "3")
+        subject.engine.load_weights(trained_checkpoint.parent / "missing", "3")
     assert subject.engine.policy_version == "2"
 
 

@@ -61,3 +61,8 @@ def test_the_stage_samples_unbiased_with_its_max_new_tokens_and_seed(tok):
     assert sampling == SamplingConfig(max_new_tokens=4096, seed=3) and sampling.unbiased
     engine = make_engine(ScriptedEngineConfig(), sampling=sampling, tokenizer=tok, scripts={})
     assert engine.sampling is sampling  # what every engine reads per request (tests/conformance)
+
+
+def test_a_stage_setting_its_engine_refuses_is_a_stage_input_error():
+    with pytest.raises(StageInputError, match="(?s)hf engine settings are invalid.*model"):
+        engine_config(stage().model_copy(update={"model": ""}))
