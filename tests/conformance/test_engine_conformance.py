@@ -29,7 +29,7 @@ from swerl.inference.sampling import sampling_logprobs
 
 LOGPROB_TOLERANCE = 5e-4
 PROMPT = list(range(40, 140))
-# the scripted policy's one reply: ~60 tokens of the tiny tokenizer, longer than every cap below
+# the scripted policy's one reply: 40 tokens of the tiny tokenizer, longer than every cap below
 REPLY = "Let me look at the repository first, then open the file that fails and fix the off-by-one error in it.\n```\nls -la\n```"
 # vllm starts in ~45 s on 2 cores; openai waits for a `vllm serve` (~70 s in all): slow
 ENGINES = ["hf", "scripted", "vllm", pytest.param("openai", marks=pytest.mark.slow)]
@@ -49,9 +49,9 @@ class Subject:
         """False for the scripted policy: it replays text, whatever the seed, with log-prob 0."""
         return self.kind != "scripted"
 
-    def generate(self, *requests: GenerationRequest, engine: InferenceEngine | None = None) -> list[Generation]:
+    def generate(self, *requests: GenerationRequest) -> list[Generation]:
         async def go():
-            return await asyncio.gather(*((engine or self.engine).generate(r) for r in requests))
+            return await asyncio.gather(*(self.engine.generate(r) for r in requests))
 
         return asyncio.run(go())
 
