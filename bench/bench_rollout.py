@@ -265,7 +265,7 @@ def generate_baseline(model, pad_id: int, groups: list[list[dict]]) -> tuple[int
 
 
 def throughput_scenario(args, tasks, images, model_dir: Path, chat, work: Path, run_id: str) -> dict:
-    engine = HFEngine(model_dir, config=HFEngineConfig(device="cpu", max_batch_size=max(64, args.batch)))
+    engine = HFEngine(HFEngineConfig(model=model_dir, device="cpu", max_batch_size=max(64, args.batch)))
     warm = [GenerationRequest(f"warmup-{i}", warmup_prompt(chat, 900 + 40 * i), args.new_tokens) for i in range(args.batch)]
     asyncio.run(_gather(engine, warm))
     probe = Probe(engine)
@@ -342,7 +342,7 @@ def scripted_scenario(args, tasks, images, tokenizer, chat, work: Path, run_id: 
 
 
 def peak_attempt(n: int, tasks, images, model_dir: Path, chat, work: Path, run_id: str) -> dict:
-    engine = HFEngine(model_dir, config=HFEngineConfig(device="cpu", max_batch_size=max(64, n)))
+    engine = HFEngine(HFEngineConfig(model=model_dir, device="cpu", max_batch_size=max(64, n)))
     probe = Probe(engine, hold=n)
     batch, batch_images = replicate(tasks, images, n)
     config = RolloutConfig(

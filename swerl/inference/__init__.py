@@ -1,4 +1,8 @@
-"""Inference engines: token ids in, sampled token ids and their log-probs out."""
+"""Inference engines: token ids in, sampled token ids and their log-probs out.
+
+``make_engine(config)`` builds the engine an ``EngineConfig`` (hf | vllm | openai | scripted)
+describes; every engine samples as its ``SamplingConfig`` says, the same way.
+"""
 
 from swerl.inference.base import (
     EngineError,
@@ -7,5 +11,7 @@ from swerl.inference.base import (
     InferenceEngine,
     SamplingConfig,
 )
+from swerl.inference.config import EngineConfig
+from swerl.inference.factory import make_engine
 
-__all__ = ["EngineError", "Generation", "GenerationRequest", "InferenceEngine", "SamplingConfig"]
+__all__ = ["EngineConfig", "EngineError", "Generation", "GenerationRequest", "InferenceEngine", "SamplingConfig", "make_engine"]

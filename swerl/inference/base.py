@@ -9,15 +9,25 @@ model's generation_config says (the paper's collapse came from a silent top-k).
 
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Annotated, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 
 class EngineError(RuntimeError):
     """The engine could not serve a request (not the model's fault): an infrastructure error."""
+
+
+def _as_str(value: object) -> object:
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+ModelRef = Annotated[str, BeforeValidator(_as_str), Field(min_length=1, max_length=4096)]
+"""What an engine config names as its model: a local folder (a path, or a str) or a hub id such as ORG/NAME."""
 
 
 class SamplingConfig(BaseModel):
@@ -30,8 +40,15 @@ class SamplingConfig(BaseModel):
     top_k: int = Field(0, ge=0, description="Keep only the k most likely tokens; 0 disables it (required for training).")
     min_p: float = Field(0.0, ge=0, lt=1, description="Drop tokens below min_p x the top prob; 0 disables it.")
     repetition_penalty: float = Field(1.0, gt=0, le=10, description="1.0 disables it (required for training).")
-    max_new_tokens: int = Field(1024, ge=1, le=1_000_000, description="Cap on sampled tokens per turn.")
-    seed: int | None = Field(None, description="Base seed; each request derives its own from it and its request id.")
+    max_new_tokens: int | None = Field(
+        None, ge=1, le=1_000_000, description="Cap on sampled tokens per request, on top of the request's own; None: the request's alone."
+    )
+    seed: int | None = Field(
+        None, description="Base seed for requests that carry none: each derives its own from it and its request id (hashed: any int)."
+    )
+    stop_token_ids: tuple[Annotated[int, Field(ge=0)], ...] = Field(
+        (), max_length=1024, description="Tokens that end every reply, besides the request's own stop tokens; kept in the output."
+    )
 
     @property
     def unbiased(self) -> bool:
@@ -67,14 +84,30 @@ class Generation:
     extra: dict = field(default_factory=dict)
 
 
-def completion_budget(request: GenerationRequest, max_context: int) -> int:
-    """Tokens ``request`` may sample: its cap, cut to the context left; EngineError if none is left."""
+@dataclass(frozen=True)
+class RequestLimits:
+    """How one request is sampled, the same way by every engine (``request_limits``)."""
+
+    max_tokens: int  # tokens it may sample: the request's cap, SamplingConfig's, and the context left
+    seed: int | None  # the request's seed, else one derived from SamplingConfig.seed and the request id
+    stop_token_ids: tuple[int, ...]  # the request's stop tokens, then SamplingConfig's
+
+
+def request_limits(request: GenerationRequest, sampling: SamplingConfig, max_context: int) -> RequestLimits:
+    """What ``request`` may sample under ``sampling`` in a context of ``max_context`` tokens;
+    EngineError when its prompt leaves no room."""
     room = max_context - len(request.prompt_ids)
     if room < 1:
         raise EngineError(
             f"request {request.request_id}: prompt of {len(request.prompt_ids)} tokens leaves no room in the context of {max_context}"
         )
-    return min(request.max_new_tokens, room)
+    cap = min(request.max_new_tokens, sampling.max_new_tokens or request.max_new_tokens, room)
+    seed = request.seed
+    if seed is None and sampling.seed is not None:
+        digest = hashlib.sha256(f"{sampling.seed}:{request.request_id}".encode()).digest()
+        seed = int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+    stops = tuple(dict.fromkeys((*request.stop_token_ids, *sampling.stop_token_ids)))
+    return RequestLimits(max_tokens=cap, seed=seed, stop_token_ids=stops)
 
 
 @runtime_checkable
@@ -82,12 +115,18 @@ class InferenceEngine(Protocol):
     """Anything that samples continuations of token ids.
 
     ``generate`` is a coroutine so that many trajectories can wait on one engine; an
-    implementation batches the requests that are pending together.
+    implementation batches the requests that are pending together. Every engine samples a
+    request as ``request_limits`` says: at most ``max_tokens`` tokens (finish reason
+    ``length``), ending at the first of ``stop_token_ids`` (kept; finish reason ``stop``),
+    seeded by ``seed`` (the same seed and prompt give the same reply), temperature and top-p
+    from ``sampling``. ``close`` makes requests still pending fail with EngineError (or
+    finish); none waits forever.
     """
 
     name: str
     policy_version: str  # tagged onto every Generation and every trajectory
     max_context: int  # prompt + completion tokens the model accepts
+    sampling: SamplingConfig  # read as each request is submitted (``request_limits``): replacing it changes later requests
 
     async def generate(self, request: GenerationRequest) -> Generation: ...
 
@@ -95,4 +134,6 @@ class InferenceEngine(Protocol):
         """Serve the weights in ``checkpoint_dir`` from now on; raise EngineError if they cannot be loaded."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Stop serving: pending and later requests fail with EngineError; idempotent."""
+        ...

@@ -1,14 +1,17 @@
-"""Building an engine by name, for the CLI and the flows; heavy backends are imported only when chosen."""
+"""The one place that turns an ``EngineConfig`` into an engine, and the model-path checks every
+engine shares; a backend (torch, vLLM, httpx) is imported only when its engine is made."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING
 
 from swerl.inference.base import EngineError, InferenceEngine, SamplingConfig
+from swerl.inference.config import EngineConfig, HFEngineConfig, OpenAIEngineConfig, ScriptedEngineConfig, VLLMEngineConfig
 
-EngineName = Literal["hf", "vllm", "openai", "scripted"]
+if TYPE_CHECKING:
+    from swerl.inference.scripted import Scripts
 
 
 def looks_local(name_or_path: str | Path) -> bool:
@@ -48,40 +51,48 @@ def load_tokenizer(name_or_path: str | Path):
         raise EngineError(f"cannot load a tokenizer from {name_or_path!r}: {e}. Create a local model with `swerl model init-tiny --out DIR`.") from e
 
 
-def make_engine(
-    kind: EngineName,
-    model: str | Path,
-    *,
-    sampling: SamplingConfig | None = None,
-    tokenizer=None,
-    base_url: str | None = None,
-    max_context: int | None = None,
-    policy_version: str = "0",
-    scripts=None,
-    torch_threads: int | None = None,
-) -> InferenceEngine:
-    """An engine of ``kind`` serving ``model``; ``scripts`` only for the scripted policy, ``torch_threads`` only for hf."""
-    sampling = sampling or SamplingConfig()
-    if kind == "hf":
-        from swerl.inference.hf_engine import HFEngine, HFEngineConfig
+def _hf(config, sampling, policy_version, tokenizer, scripts) -> InferenceEngine:
+    from swerl.inference.hf_engine import HFEngine
 
-        return HFEngine(model, sampling, HFEngineConfig(max_context=max_context, torch_threads=torch_threads), policy_version=policy_version)
-    if kind == "vllm":
-        from swerl.inference.vllm_engine import VLLMEngine, VLLMEngineConfig
+    return HFEngine(config, sampling, policy_version=policy_version)
 
-        cfg = VLLMEngineConfig(max_model_len=max_context) if max_context else None
-        return VLLMEngine(model, sampling, cfg, policy_version=policy_version)
-    if kind == "openai":
-        from swerl.inference.openai_engine import OpenAIEngine, OpenAIEngineConfig
 
-        if not base_url:
-            raise EngineError("--engine openai needs --base-url, e.g. http://127.0.0.1:8000/v1")
-        cfg = OpenAIEngineConfig(max_context=max_context) if max_context else None
-        return OpenAIEngine(base_url, str(model), sampling, cfg, tokenizer=tokenizer, policy_version=policy_version)
-    if kind == "scripted":
-        from swerl.inference.scripted import ScriptedEngine
+def _vllm(config, sampling, policy_version, tokenizer, scripts) -> InferenceEngine:
+    from swerl.inference.vllm_engine import VLLMEngine
 
-        if scripts is None:
-            raise EngineError("the scripted engine needs scripts")
-        return ScriptedEngine(tokenizer, scripts, max_context=max_context or 32768)
-    raise EngineError(f"unknown engine {kind!r}: choose hf, vllm, openai or scripted")
+    return VLLMEngine(config, sampling, policy_version=policy_version)
+
+
+def _openai(config, sampling, policy_version, tokenizer, scripts) -> InferenceEngine:
+    from swerl.inference.openai_engine import OpenAIEngine
+
+    return OpenAIEngine(config, sampling, tokenizer=tokenizer, policy_version=policy_version)
+
+
+def _scripted(config, sampling, policy_version, tokenizer, scripts) -> InferenceEngine:
+    from swerl.inference.scripted import ScriptedEngine
+
+    if scripts is None or tokenizer is None:
+        raise EngineError("the scripted engine replays scripts through a tokenizer: pass scripts= (e.g. "
+                          "swerl.inference.scripted.demonstrations(...)) and tokenizer=")
+    return ScriptedEngine(tokenizer, scripts, config, sampling=sampling)
+
+
+_MAKERS = {HFEngineConfig: _hf, VLLMEngineConfig: _vllm, OpenAIEngineConfig: _openai, ScriptedEngineConfig: _scripted}
+
+
+def make_engine(config: EngineConfig, *, sampling: SamplingConfig | None = None, policy_version: str = "0", tokenizer=None,
+                scripts: Scripts | None = None) -> InferenceEngine:
+    """The engine ``config`` describes (its ``kind`` chooses), sampling as ``sampling`` says.
+
+    ``policy_version``: the version of the weights served, tagged onto every Generation (a
+    scripted policy is no checkpoint: it records ``scripted``). ``tokenizer``: re-tokenizes a
+    text-only server's answers (openai), encodes the replies (scripted, required). ``scripts``:
+    the scripted policy's replies, required for it and for it only.
+    """
+    maker = _MAKERS.get(type(config))
+    if maker is None:
+        raise TypeError(f"no engine for {type(config).__name__}; known kinds: hf, vllm, openai, scripted")
+    if scripts is not None and not isinstance(config, ScriptedEngineConfig):
+        raise EngineError(f"scripts are for the scripted engine, not {config.kind}")
+    return maker(config, sampling or SamplingConfig(), policy_version, tokenizer, scripts)

@@ -19,37 +19,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
-from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig, completion_budget
+from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig, request_limits
+from swerl.inference.config import HFEngineConfig
 from swerl.inference.factory import require_local_model
 from swerl.inference.sampling import draw, sampling_logprobs
 from swerl.inference.weights import load_checkpoint_into
 
 log = logging.getLogger(__name__)
-
-
-class HFEngineConfig(BaseModel):
-    """How the transformers engine runs."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    device: str = Field("auto", description="'cpu', 'cuda', 'cuda:N', or 'auto' (the first GPU if any, else CPU).")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="'auto' is float32 on CPU (bf16 is ~20x slower there) and bfloat16 on GPU."
-    )
-    max_batch_size: int = Field(64, ge=1, le=4096, description="Sequences decoded together at most.")
-    max_context: int | None = Field(None, ge=16, description="Prompt + completion tokens; default: the model's max_position_embeddings.")
-    attn_implementation: Literal["sdpa", "eager"] = Field("sdpa", description="Attention kernel passed to from_pretrained.")
-    gather_ms: float = Field(2.0, ge=0, le=1000, description="How long the worker waits for more requests before a prefill.")
-    torch_threads: int | None = Field(
-        None, ge=1, le=1024, description="torch intra-op threads of the engine's worker thread on CPU; None keeps torch's default. "
-        "A small model beside busy sandboxes decodes fastest with 1: bench/bench_engine_threads.py measures it."
-    )
-    weight_load_timeout_s: float = Field(600, gt=0, description="load_weights waits this long for in-flight requests, then fails.")
 
 
 @dataclass
@@ -58,7 +37,9 @@ class _Slot:
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     generator: torch.Generator | None
+    sampling: SamplingConfig  # the engine's when the request came
     max_new: int
+    stop: frozenset[int]
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
@@ -97,19 +78,13 @@ class HFEngine:
 
     name = "hf"
 
-    def __init__(
-        self,
-        model: str | Path,
-        sampling: SamplingConfig | None = None,
-        config: HFEngineConfig | None = None,
-        policy_version: str = "0",
-    ) -> None:
-        require_local_model(model)
+    def __init__(self, config: HFEngineConfig, sampling: SamplingConfig | None = None, policy_version: str = "0") -> None:
+        require_local_model(config.model)
         from transformers import AutoModelForCausalLM
 
-        self.config = config or HFEngineConfig()
-        self.sampling = sampling or SamplingConfig()
-        self.model_path = str(model)
+        self.config = config
+        self.sampling = sampling or SamplingConfig()  # read as each request comes: replacing it changes later requests
+        self.model_path = config.model  # the last checkpoint loaded, after load_weights
         self.device = _resolve_device(self.config.device)
         self.dtype = _resolve_dtype(self.config.dtype, self.device)
         try:
@@ -129,25 +104,33 @@ class HFEngine:
         self._idle = threading.Condition()
         self._active: list[_Slot] = []
         self._closed = False
+        self._submit = threading.Lock()  # nothing is queued once close() has begun: the worker fails what is queued
         self._worker = threading.Thread(target=self._run, name="swerl-hf-engine", daemon=True)
         self._worker.start()
 
     # ----- the public protocol -------------------------------------------------------
     async def generate(self, request: GenerationRequest) -> Generation:
-        if self._closed:
-            raise EngineError("the engine is closed")
-        max_new = completion_budget(request, self.max_context)
+        self._check_open()
+        sampling = self.sampling
+        limits = request_limits(request, sampling, self.max_context)
         loop = asyncio.get_running_loop()
         gen = None
-        if request.seed is not None:
+        if limits.seed is not None:
             gen = torch.Generator(device=self.device)
-            gen.manual_seed(request.seed)
-        slot = _Slot(request, loop.create_future(), loop, gen, max_new)
-        self._queue.put(slot)
+            gen.manual_seed(limits.seed)
+        slot = _Slot(request, loop.create_future(), loop, gen, sampling, limits.max_tokens, frozenset(limits.stop_token_ids))
+        with self._submit:
+            self._check_open()
+            self._queue.put(slot)
         return await slot.future
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineError("the hf engine is closed")
 
     def load_weights(self, checkpoint_dir: str | Path, policy_version: str) -> None:
         """Swap in new weights once in-flight requests finish; new requests wait meanwhile."""
+        self._check_open()
         self._paused.set()
         try:
             deadline = time.monotonic() + self.config.weight_load_timeout_s
@@ -162,8 +145,13 @@ class HFEngine:
             self._paused.clear()
 
     def close(self) -> None:
-        self._closed = True
-        self._worker.join(timeout=30)
+        """Stop the worker after its current forward pass; requests still pending fail with EngineError."""
+        with self._submit:
+            self._closed = True
+        self._worker.join(timeout=self.config.close_timeout_s)
+        if self._worker.is_alive():
+            log.warning("the hf engine's worker is still in a forward pass after %ss; its requests fail when it ends",
+                        self.config.close_timeout_s)
 
     # ----- the worker ----------------------------------------------------------------
     def _run(self) -> None:
@@ -182,6 +170,21 @@ class HFEngine:
                 torch.set_num_threads(previous)
 
     def _serve(self) -> None:
+        try:
+            self._serve_until_closed()
+        finally:  # closed: what is running or queued fails (generate queues nothing after close)
+            with self._idle:
+                pending, self._active = list(self._active), []
+                self._idle.notify_all()
+            while True:
+                try:
+                    pending.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            for s in pending:
+                self._finish(s, error=EngineError("the hf engine was closed before this request finished"))
+
+    def _serve_until_closed(self) -> None:
         state: _Batch | None = None
         while not self._closed:
             new: list[_Slot] = []
@@ -264,10 +267,13 @@ class HFEngine:
         self._sample(batch, out.logits[:, -1, :])
 
     def _sample(self, batch: _Batch, logits: torch.Tensor) -> None:
-        previous = None
-        if self.sampling.repetition_penalty != 1.0:
-            previous = [s.request.prompt_ids + s.ids for s in batch.slots]
-        logp = sampling_logprobs(logits, self.sampling, previous)
+        logp = torch.empty_like(logits, dtype=torch.float32)
+        for sampling in {s.sampling for s in batch.slots}:  # one config, except right after the engine's was replaced
+            rows = [r for r, s in enumerate(batch.slots) if s.sampling == sampling]
+            previous = None
+            if sampling.repetition_penalty != 1.0:
+                previous = [batch.slots[r].request.prompt_ids + batch.slots[r].ids for r in rows]
+            logp[rows] = sampling_logprobs(logits[rows], sampling, previous)
         ids, lps = draw(logp, [s.generator for s in batch.slots])
         for s, t, lp in zip(batch.slots, ids.tolist(), lps.tolist()):
             s.ids.append(t)
@@ -276,7 +282,7 @@ class HFEngine:
     def _retire(self, batch: _Batch) -> _Batch | None:
         keep = []
         for row, s in enumerate(batch.slots):
-            stopped = s.ids[-1] in s.request.stop_token_ids
+            stopped = s.ids[-1] in s.stop
             if stopped or len(s.ids) >= s.max_new:
                 self._finish(s, reason="stop" if stopped else "length")
             else:

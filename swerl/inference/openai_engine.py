@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import threading
 import time
 import weakref
@@ -35,45 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig, completion_budget
+from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig, request_limits
+from swerl.inference.config import OpenAIEngineConfig
 from swerl.inference.http_retry import RETRY_STATUSES, RetryPolicy, error_text, send, send_async
 from swerl.inference.openai_protocol import completion_body, normalize_base_url, parse_completion
 from swerl.inference.vllm_worker import RELOAD, WORKER_EXTENSION
 from swerl.inference.weights import read_checkpoint
-
-
-def _default_api_key() -> SecretStr:
-    return SecretStr(os.environ.get("OPENAI_API_KEY") or "EMPTY")
-
-
-class OpenAIEngineConfig(BaseModel):
-    """How the HTTP engine talks to its server."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    api_key: SecretStr = Field(
-        default_factory=_default_api_key, description="Bearer token; default: $OPENAI_API_KEY, else 'EMPTY' (what vLLM accepts without --api-key)."
-    )
-    request_timeout_s: float = Field(600.0, gt=0, le=86_400, description="Longest wait for one completion (read/write); a timeout is not retried.")
-    connect_timeout_s: float = Field(10.0, gt=0, le=600, description="Longest wait to open a connection.")
-    max_retries: int = Field(3, ge=0, le=20, description="Extra attempts after a connection error or a 408/429/5xx answer; then EngineError.")
-    backoff_initial_s: float = Field(0.5, ge=0, le=60, description="Wait before the first retry; doubled at each further one.")
-    backoff_max_s: float = Field(8.0, ge=0, le=600, description="Cap on the wait between two retries.")
-    max_concurrency: int = Field(64, ge=1, le=4096, description="Requests in flight at once (per event loop); the rest wait their turn here.")
-    max_context: int | None = Field(
-        None, ge=16, le=100_000_000, description="Prompt + completion tokens; default: the server's max_model_len from GET /v1/models."
-    )
-    require_logprobs: bool = Field(
-        True, description="Fail (EngineError) when the server gives no log-prob per token; False: NaN log-probs (never for training)."
-    )
-    vllm_extensions: bool = Field(
-        True,
-        description="Send vLLM's extra fields (top_k, min_p, repetition_penalty, stop_token_ids, return_token_ids, ...); "
-        "turn off only for a server that rejects unknown fields, which then cannot get exact ids.",
-    )
-    weight_load_timeout_s: float = Field(900.0, gt=0, le=86_400, description="load_weights waits this long for in-flight requests and the reload.")
 
 
 # ----- the engine ---------------------------------------------------------------------------------
@@ -91,20 +58,14 @@ class OpenAIEngine:
 
     name = "openai"
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        sampling: SamplingConfig | None = None,
-        config: OpenAIEngineConfig | None = None,
-        tokenizer=None,
-        policy_version: str = "0",
-    ) -> None:
-        self.base_url = normalize_base_url(base_url)
+    def __init__(self, config: OpenAIEngineConfig, sampling: SamplingConfig | None = None, tokenizer=None,
+                 policy_version: str = "0") -> None:
+        self.config = config
+        self.base_url = normalize_base_url(config.base_url)
         self.server_root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
-        self.model = model
+        self.model = config.model
+        # read as each request comes: replacing it changes later requests
         self.sampling = sampling or SamplingConfig()
-        self.config = config or OpenAIEngineConfig()
         self.tokenizer = tokenizer
         self.policy_version = policy_version
         if not self.config.vllm_extensions and (self.sampling.top_k or self.sampling.min_p or self.sampling.repetition_penalty != 1.0):
@@ -121,13 +82,14 @@ class OpenAIEngine:
 
     # ----- the public protocol -------------------------------------------------------
     async def generate(self, request: GenerationRequest) -> Generation:
-        if self._closed:
-            raise EngineError("the engine is closed")
-        max_tokens = completion_budget(request, self.max_context)
-        body = completion_body(self.model, request, self.sampling, max_tokens, vllm_extensions=self.config.vllm_extensions)
+        self._check_open()
+        sampling = self.sampling
+        limits = request_limits(request, sampling, self.max_context)
+        body = completion_body(self.model, request.prompt_ids, sampling, limits, vllm_extensions=self.config.vllm_extensions)
         state = self._state()
         async with state.semaphore:
             while True:  # during a weight update, wait: the request will run on (and be tagged with) the new weights
+                self._check_open()
                 with self._gate:
                     if not self._updating:
                         state.in_flight += 1
@@ -137,6 +99,10 @@ class OpenAIEngine:
             try:
                 started = time.perf_counter()
                 payload = await self._post(state.client, "/completions", body)
+            except (EngineError, httpx.HTTPError, RuntimeError) as e:  # RuntimeError: httpx's "client has been closed"
+                if self._closed:
+                    raise EngineError(f"the openai engine was closed before request {request.request_id} finished") from e
+                raise
             finally:
                 with self._gate:
                     state.in_flight -= 1
@@ -161,8 +127,7 @@ class OpenAIEngine:
         ``policy_version`` changes only on success. The checkpoint must be at the same path
         for this process and for the server.
         """
-        if self._closed:
-            raise EngineError("the engine is closed")
+        self._check_open()
         ckpt = Path(checkpoint_dir).resolve()
         tied = read_checkpoint(ckpt).tied
         timeout = httpx.Timeout(self.config.weight_load_timeout_s, connect=self.config.connect_timeout_s)
@@ -204,10 +169,14 @@ class OpenAIEngine:
                 raise EngineError(f"load_weights: {sum(busy.values())} requests still in flight after {self.config.weight_load_timeout_s}s")
             time.sleep(0.01)
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineError("the openai engine is closed")
+
     def close(self) -> None:
-        """Close the HTTP connections of every event loop this engine was used from."""
-        self._closed = True
+        """Close the HTTP connections of every event loop this engine was used from; requests in flight fail with EngineError."""
         with self._gate:
+            self._closed = True
             states, self._states = list(self._states.items()), weakref.WeakKeyDictionary()
         try:
             running = asyncio.get_running_loop()
@@ -247,6 +216,8 @@ class OpenAIEngine:
             )
             state = _LoopState(client, asyncio.Semaphore(n))
             with self._gate:
+                if self._closed:  # close() ran meanwhile: it would never close this client
+                    raise EngineError("the openai engine is closed")
                 self._states[loop] = state
         return state
 

@@ -17,19 +17,19 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from swerl.inference.base import EngineError, GenerationRequest, SamplingConfig
+from swerl.inference.base import EngineError, RequestLimits, SamplingConfig
 
 TOKEN_ID_PREFIX = "token_id:"
 
 
 def completion_body(
-    model: str, request: GenerationRequest, sampling: SamplingConfig, max_tokens: int, *, vllm_extensions: bool = True
+    model: str, prompt_ids: list[int], sampling: SamplingConfig, limits: RequestLimits, *, vllm_extensions: bool = True
 ) -> dict[str, Any]:
-    """The JSON body of ``POST /v1/completions`` for ``request``."""
+    """The JSON body of ``POST /v1/completions`` that continues ``prompt_ids`` within ``limits``."""
     body: dict[str, Any] = {
         "model": model,
-        "prompt": list(request.prompt_ids),
-        "max_tokens": max_tokens,
+        "prompt": list(prompt_ids),
+        "max_tokens": limits.max_tokens,
         "n": 1,
         "stream": False,
         "temperature": sampling.temperature,
@@ -38,14 +38,14 @@ def completion_body(
         "frequency_penalty": 0.0,
         "logprobs": 0 if vllm_extensions else 1,  # vLLM: 0 = only the sampled token's log-prob
     }
-    if request.seed is not None:
-        body["seed"] = request.seed
+    if limits.seed is not None:
+        body["seed"] = limits.seed
     if vllm_extensions:
         body.update(
             top_k=sampling.top_k,  # 0 disables it in vLLM 0.32 (older versions used -1)
             min_p=sampling.min_p,
             repetition_penalty=sampling.repetition_penalty,
-            stop_token_ids=list(request.stop_token_ids),
+            stop_token_ids=list(limits.stop_token_ids),
             ignore_eos=True,  # stop only at the request's stop ids, as every engine here does
             skip_special_tokens=False,
             include_stop_str_in_output=True,

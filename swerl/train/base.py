@@ -191,7 +191,7 @@ class Trainer(Protocol):
     ``train_step`` runs one optimiser step over the whole batch (split into micro-batches by
     token budget; the loss is normalised by the batch's action tokens however it is split).
     ``save(out)`` writes ``out`` atomically: a Hugging Face model folder that engines load
-    (``HFEngine(out)``, ``engine.load_weights(out, version)``) plus ``out/trainer_state``;
+    (``HFEngine(HFEngineConfig(model=out))``, ``engine.load_weights(out, version)``) plus ``out/trainer_state``;
     ``load(out)`` restores weights, optimiser, step, RNG and the caller's position exactly.
     """
 

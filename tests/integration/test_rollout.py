@@ -16,6 +16,7 @@ from swerl.agent.trajectory import ExitReason
 from swerl.envs.docker_sandbox import DockerSandboxConfig, running_containers
 from swerl.envs.flaky_sandbox import FlakySandboxConfig
 from swerl.grading.grader import GradingConfig
+from swerl.inference.config import HFEngineConfig
 from swerl.inference.hf_engine import HFEngine
 from swerl.inference.scripted import ScriptedEngine, script_from_patch
 from swerl.rollout.runner import RolloutConfig, rollout
@@ -71,7 +72,7 @@ def test_one_failing_pair_and_one_straggler_do_not_stop_the_others(demo_tasks, d
 
 def test_tiny_model_rollouts_run_to_completion_with_exact_tokens(demo_tasks, demo_images, tiny_model_dir, tok, chat, tmp_path):
     tasks = [demo_tasks[DURATIONS], demo_tasks["swerl-demo__vercmp-1"]]
-    engine = HFEngine(tiny_model_dir)
+    engine = HFEngine(HFEngineConfig(model=tiny_model_dir))
     try:
         config = RolloutConfig(samples=2, concurrency=4, agent=AgentConfig(max_turns=3, max_new_tokens=32, max_format_errors=3),
                                grading=GradingConfig(log_dir=tmp_path / "g"), model_name=str(tiny_model_dir))

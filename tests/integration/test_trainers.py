@@ -199,10 +199,10 @@ def test_checkpoints_serve_in_the_hf_engine(runs, torch_run, deepspeed_run):
     from transformers import AutoTokenizer
 
     from swerl.inference.base import GenerationRequest
-    from swerl.inference.hf_engine import HFEngine
+    from swerl.inference.hf_engine import HFEngine, HFEngineConfig
 
     served = step_dir(deepspeed_run, STEPS)
-    engine = HFEngine(served)
+    engine = HFEngine(HFEngineConfig(model=served))
     try:
         assert served_weights_equal(engine, served)
         update = step_dir(torch_run, 1)

@@ -40,9 +40,9 @@ def test_a_missing_local_tokenizer_path_fails_at_once_naming_the_path(tmp_path):
 
 
 def test_the_hf_engine_refuses_a_missing_local_path_before_loading_anything():
-    from swerl.inference.hf_engine import HFEngine  # imports torch: not part of the timing
+    from swerl.inference.hf_engine import HFEngine, HFEngineConfig  # imports torch: not part of the timing
 
     t0 = time.monotonic()
     with pytest.raises(EngineError, match="model path './nowhere/model' does not exist"):
-        HFEngine("./nowhere/model")
+        HFEngine(HFEngineConfig(model="./nowhere/model"))
     assert time.monotonic() - t0 < 2.0

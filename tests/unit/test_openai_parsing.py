@@ -12,8 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from swerl.inference.base import EngineError, GenerationRequest, SamplingConfig
-from swerl.inference.openai_engine import OpenAIEngine, OpenAIEngineConfig
+from swerl.inference.base import EngineError, GenerationRequest, SamplingConfig, request_limits
+from swerl.inference.config import OpenAIEngineConfig
+from swerl.inference.openai_engine import OpenAIEngine
 from swerl.inference.openai_protocol import completion_body, finish_reason_of, normalize_base_url, parse_completion
 from swerl.inference.weights import read_checkpoint
 
@@ -43,7 +44,7 @@ def vllm_choice(ids, logprobs, finish="length", *, with_token_ids=True):
 
 def test_body_sends_every_sampling_field_unbiased_by_default():
     req = GenerationRequest("r1", [5, 6, 7], 32, stop_token_ids=(9, 10), seed=123)
-    body = completion_body("m", req, SamplingConfig(), 20)
+    body = completion_body("m", req.prompt_ids, SamplingConfig(), request_limits(req, SamplingConfig(), max_context=23))
     assert body["prompt"] == [5, 6, 7] and body["max_tokens"] == 20 and body["model"] == "m"
     assert (body["temperature"], body["top_p"], body["top_k"], body["min_p"], body["repetition_penalty"]) == (1.0, 1.0, 0, 0.0, 1.0)
     assert body["presence_penalty"] == 0.0 and body["frequency_penalty"] == 0.0
@@ -54,14 +55,16 @@ def test_body_sends_every_sampling_field_unbiased_by_default():
 
 
 def test_body_without_seed_or_vllm_extensions():
-    body = completion_body("m", GenerationRequest("r", [1], 4), SamplingConfig(temperature=0.5), 4, vllm_extensions=False)
+    sampling = SamplingConfig(temperature=0.5)
+    body = completion_body("m", [1], sampling, request_limits(GenerationRequest("r", [1], 4), sampling, 64), vllm_extensions=False)
     assert "seed" not in body and body["temperature"] == 0.5 and body["logprobs"] == 1
     assert not {"top_k", "min_p", "repetition_penalty", "stop_token_ids", "return_token_ids", "ignore_eos"} & set(body)
 
 
 def test_plain_server_mode_refuses_sampling_it_cannot_express():
     with pytest.raises(EngineError, match="vllm_extensions"):
-        OpenAIEngine("http://127.0.0.1:9", "m", SamplingConfig(top_k=20), OpenAIEngineConfig(max_context=64, vllm_extensions=False))
+        OpenAIEngine(OpenAIEngineConfig(base_url="http://127.0.0.1:9", model="m", max_context=64, vllm_extensions=False),
+                     SamplingConfig(top_k=20))
 
 
 # ----- response parsing -----------------------------------------------------------------------------
@@ -252,12 +255,13 @@ def fake():
         yield server
 
 
-def fast_config(**kw) -> OpenAIEngineConfig:
-    return OpenAIEngineConfig(backoff_initial_s=0.01, backoff_max_s=0.02, request_timeout_s=10, connect_timeout_s=2, **kw)
+def fast_config(base_url: str, model: str = "fake", **kw) -> OpenAIEngineConfig:
+    return OpenAIEngineConfig(base_url=base_url, model=model, backoff_initial_s=0.01, backoff_max_s=0.02, request_timeout_s=10,
+                              connect_timeout_s=2, **kw)
 
 
 def test_text_only_server_gives_inexact_ids(fake):
-    engine = OpenAIEngine(fake.url, "fake", config=fast_config(api_key="sk-test"), tokenizer=CharTokenizer(), policy_version="7")
+    engine = OpenAIEngine(fast_config(fake.url, api_key="sk-test"), tokenizer=CharTokenizer(), policy_version="7")
     assert engine.max_context == 128  # from GET /v1/models
     gen = asyncio.run(engine.generate(GenerationRequest("r1", [1, 2, 3], 16, stop_token_ids=(5,), seed=42)))
     engine.close()
@@ -269,10 +273,10 @@ def test_text_only_server_gives_inexact_ids(fake):
 def test_text_only_server_logprob_mismatch_fails_unless_allowed(fake):
     fake.reply["choices"][0]["logprobs"] = {"tokens": ["hi", "!"], "token_logprobs": [-0.5, -0.25]}
     req = GenerationRequest("r1", [1, 2, 3], 16)
-    strict = OpenAIEngine(fake.url, "fake", config=fast_config(), tokenizer=CharTokenizer())
+    strict = OpenAIEngine(fast_config(fake.url), tokenizer=CharTokenizer())
     with pytest.raises(EngineError, match="2 log-probs for 3 tokens"):
         asyncio.run(strict.generate(req))
-    lenient = OpenAIEngine(fake.url, "fake", config=fast_config(require_logprobs=False), tokenizer=CharTokenizer())
+    lenient = OpenAIEngine(fast_config(fake.url, require_logprobs=False), tokenizer=CharTokenizer())
     gen = asyncio.run(lenient.generate(req))
     assert gen.token_ids == [104, 105, 33] and not gen.exact_ids and all(math.isnan(v) for v in gen.logprobs)
     sent = fake.requests[-1][1]
@@ -281,7 +285,7 @@ def test_text_only_server_logprob_mismatch_fails_unless_allowed(fake):
 
 def test_server_ids_are_exact(fake):
     fake.reply = vllm_choice([7, 8], [-0.1, -0.2], "length")
-    engine = OpenAIEngine(fake.url, "fake", config=fast_config(max_context=64))
+    engine = OpenAIEngine(fast_config(fake.url, max_context=64))
     req = GenerationRequest("r", list(range(60)), 100)
     gen = asyncio.run(engine.generate(req))
     assert gen.token_ids == [7, 8] and gen.logprobs == [-0.1, -0.2] and gen.exact_ids and gen.finish_reason == "length"
@@ -298,14 +302,14 @@ def test_server_ids_are_exact(fake):
 def test_5xx_is_retried_then_succeeds(fake):
     fake.reply = vllm_choice([1], [-1.0])
     fake.statuses = [503, 500]
-    engine = OpenAIEngine(fake.url, "fake", config=fast_config(max_context=64, max_retries=2))
+    engine = OpenAIEngine(fast_config(fake.url, max_context=64, max_retries=2))
     assert asyncio.run(engine.generate(GenerationRequest("r", [1], 1))).token_ids == [1]
     assert sum(1 for path, _ in fake.requests if path == "/v1/completions") == 3
 
 
 def test_retries_are_bounded(fake):
     fake.statuses = [503] * 10
-    engine = OpenAIEngine(fake.url, "fake", config=fast_config(max_context=64, max_retries=2))
+    engine = OpenAIEngine(fast_config(fake.url, max_context=64, max_retries=2))
     with pytest.raises(EngineError, match=r"failed 3 times; last: HTTP 503: scripted 503") as info:
         asyncio.run(engine.generate(GenerationRequest("r", [1], 1)))
     assert fake.url in str(info.value)
@@ -320,7 +324,7 @@ def test_backoff_doubles_up_to_its_cap_and_the_first_try_waits_for_nothing():
 
 def test_4xx_is_not_retried(fake):
     fake.statuses = [400]
-    engine = OpenAIEngine(fake.url, "fake", config=fast_config(max_context=64, max_retries=5))
+    engine = OpenAIEngine(fast_config(fake.url, max_context=64, max_retries=5))
     with pytest.raises(EngineError, match="refused .HTTP 400.: scripted 400"):
         asyncio.run(engine.generate(GenerationRequest("r", [1], 1)))
     assert sum(1 for path, _ in fake.requests if path == "/v1/completions") == 1
@@ -328,12 +332,12 @@ def test_4xx_is_not_retried(fake):
 
 def test_unknown_model_and_unreachable_server_fail_at_construction(fake):
     with pytest.raises(EngineError, match="does not serve model 'other'"):
-        OpenAIEngine(fake.url, "other", config=fast_config())
+        OpenAIEngine(fast_config(fake.url, model="other"))
     with FakeServer() as dead:
         url = dead.url
     t0 = time.monotonic()
     with pytest.raises(EngineError, match="ConnectError"):
-        OpenAIEngine(url, "fake", config=fast_config(max_retries=1))
+        OpenAIEngine(fast_config(url, max_retries=1))
     assert time.monotonic() - t0 < 5
 
 
@@ -345,7 +349,7 @@ def checkpoint(path, tied: bool):
 
 
 def test_load_weights_on_a_server_without_reload_endpoints(fake, tmp_path):
-    engine = OpenAIEngine(fake.url, "fake", config=fast_config(max_context=64), policy_version="3")
+    engine = OpenAIEngine(fast_config(fake.url, max_context=64), policy_version="3")
     with pytest.raises(EngineError, match="managed by whoever runs it"):
         engine.load_weights(checkpoint(tmp_path / "c", tied=False), "4")
     assert engine.policy_version == "3"
@@ -360,7 +364,7 @@ def reload_calls(fake) -> list[str]:
 
 def test_load_weights_through_the_worker_extension(fake, tmp_path):
     fake.dev = {"extension": True, "fail": False}
-    engine = OpenAIEngine(fake.url, "fake", config=fast_config(max_context=64), policy_version="3")
+    engine = OpenAIEngine(fast_config(fake.url, max_context=64), policy_version="3")
     ckpt = checkpoint(tmp_path / "c", tied=True)
     engine.load_weights(ckpt, "4")
     assert engine.policy_version == "4"
@@ -370,7 +374,7 @@ def test_load_weights_through_the_worker_extension(fake, tmp_path):
 
 def test_load_weights_without_the_extension(fake, tmp_path):
     fake.dev = {"extension": False, "fail": False}
-    engine = OpenAIEngine(fake.url, "fake", config=fast_config(max_context=64), policy_version="3")
+    engine = OpenAIEngine(fast_config(fake.url, max_context=64), policy_version="3")
     with pytest.raises(EngineError, match="worker-extension-cls"):  # vLLM's own reload would keep a tied head stale
         engine.load_weights(checkpoint(tmp_path / "tied", tied=True), "4")
     assert engine.policy_version == "3" and reload_calls(fake)[-1] == "/resume"
@@ -382,7 +386,7 @@ def test_load_weights_without_the_extension(fake, tmp_path):
 
 def test_failed_reload_resumes_and_keeps_the_version(fake, tmp_path):
     fake.dev = {"extension": True, "fail": True}
-    engine = OpenAIEngine(fake.url, "fake", config=fast_config(max_context=64), policy_version="3")
+    engine = OpenAIEngine(fast_config(fake.url, max_context=64), policy_version="3")
     with pytest.raises(EngineError, match="boom.*restart it"):
         engine.load_weights(checkpoint(tmp_path / "c", tied=False), "4")
     assert engine.policy_version == "3" and reload_calls(fake)[-1] == "/resume"
@@ -392,7 +396,7 @@ def test_load_weights_waits_for_requests_in_flight_and_tags_versions(fake, tmp_p
     fake.dev = {"extension": True, "fail": False}
     fake.reply = vllm_choice([1], [-1.0])
     fake.delay_s = 0.5
-    engine = OpenAIEngine(fake.url, "fake", config=fast_config(max_context=64), policy_version="3")
+    engine = OpenAIEngine(fast_config(fake.url, max_context=64), policy_version="3")
     results = {}
 
     async def rollouts():
@@ -419,7 +423,7 @@ def test_load_weights_from_the_loop_with_requests_in_flight_is_refused(fake, tmp
     fake.dev = {"extension": True, "fail": False}
     fake.reply = vllm_choice([1], [-1.0])
     fake.delay_s = 0.3
-    engine = OpenAIEngine(fake.url, "fake", config=fast_config(max_context=64), policy_version="3")
+    engine = OpenAIEngine(fast_config(fake.url, max_context=64), policy_version="3")
 
     async def inside():
         task = asyncio.create_task(engine.generate(GenerationRequest("r", [1], 1)))
@@ -434,7 +438,7 @@ def test_load_weights_from_the_loop_with_requests_in_flight_is_refused(fake, tmp
 def test_concurrency_is_capped(fake):
     fake.reply = vllm_choice([1], [-1.0])
     fake.delay_s = 0.2
-    engine = OpenAIEngine(fake.url, "fake", config=fast_config(max_context=64, max_concurrency=2))
+    engine = OpenAIEngine(fast_config(fake.url, max_context=64, max_concurrency=2))
 
     async def many():
         return await asyncio.gather(*(engine.generate(GenerationRequest(f"r{i}", [i], 1)) for i in range(6)))

@@ -67,3 +67,35 @@ def test_draw_depends_only_on_each_rows_own_generator():
 def test_out_of_range_settings_are_refused(field, value):
     with pytest.raises(ValueError, match=field):
         SamplingConfig(**{field: value})
+
+
+# ----- request_limits: how every engine reads a request and its SamplingConfig ------------------
+
+from swerl.inference.base import EngineError, GenerationRequest, request_limits  # noqa: E402
+
+
+def test_a_reply_gets_the_smallest_of_the_request_cap_the_sampling_cap_and_the_context_left():
+    req = GenerationRequest("r", [1] * 90, max_new_tokens=20)
+    assert request_limits(req, SamplingConfig(), max_context=1000).max_tokens == 20
+    assert request_limits(req, SamplingConfig(max_new_tokens=8), max_context=1000).max_tokens == 8
+    assert request_limits(req, SamplingConfig(max_new_tokens=8), max_context=95).max_tokens == 5  # 95 - 90
+    with pytest.raises(EngineError, match="prompt of 90 tokens leaves no room in the context of 90"):
+        request_limits(req, SamplingConfig(), max_context=90)
+
+
+def test_a_request_without_a_seed_derives_one_from_the_base_seed_and_its_id():
+    def seed(request_id, base, own=None):
+        return request_limits(GenerationRequest(request_id, [1], 4, seed=own), SamplingConfig(seed=base), 64).seed
+
+    assert seed("a", base=None) is None
+    assert seed("a", base=5, own=11) == 11  # the request's own seed wins
+    assert seed("a", base=5) == seed("a", base=5) != seed("b", base=5)
+    assert seed("a", base=5) != seed("a", base=6)
+    assert 0 <= seed("a", base=-3) < 2**31  # any base seed; derived ones fit every backend
+
+
+def test_stop_tokens_are_the_requests_then_the_sampling_configs_each_once():
+    req = GenerationRequest("r", [1], 4, stop_token_ids=(9, 3))
+    assert request_limits(req, SamplingConfig(stop_token_ids=(3, 7)), 64).stop_token_ids == (9, 3, 7)
+    with pytest.raises(ValueError, match="stop_token_ids"):
+        SamplingConfig(stop_token_ids=(-1,))

@@ -75,7 +75,7 @@ def test_the_trainer_runs_forward_and_backward_inside_it(monkeypatch):
 def test_the_engine_runs_its_forward_passes_inside_it(tiny_model_dir, monkeypatch):
     recorder = Recorder()
     monkeypatch.setattr(hf_engine, "sdpa_without_cudnn", recorder)
-    engine = hf_engine.HFEngine(tiny_model_dir)
+    engine = hf_engine.HFEngine(hf_engine.HFEngineConfig(model=tiny_model_dir))
     inside: list[bool] = []
     forward = engine.model.forward
     engine.model.forward = lambda *a, **k: (inside.append(recorder.depth > 0), forward(*a, **k))[1]

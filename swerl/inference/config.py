@@ -1,0 +1,104 @@
+"""One config type for every engine: ``EngineConfig``, a union tagged by ``kind``.
+
+``hf`` (transformers, in process), ``vllm`` (vLLM, in process), ``openai`` (an
+OpenAI-compatible HTTP server) and ``scripted`` (replayed replies, no model). Each variant
+holds its own fields only; ``swerl.inference.factory.make_engine`` turns one into an engine.
+How tokens are drawn is not here but in ``SamplingConfig``, which every engine honours the
+same way. Importing this module imports no backend (torch, vLLM, httpx).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from swerl.inference.base import ModelRef
+from swerl.inference.vllm_config import VLLMEngineConfig
+
+EngineKind = Literal["hf", "vllm", "openai", "scripted"]
+
+
+class HFEngineConfig(BaseModel):
+    """The transformers engine: which model, on which device, batched how."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["hf"] = Field("hf", description="Selects the transformers engine.")
+    model: ModelRef = Field(description="A local model folder or a hub id.")
+    device: str = Field("auto", pattern=r"^(auto|cpu|mps|cuda(:\d+)?)$",
+                        description="'cpu', 'cuda', 'cuda:N', or 'auto' (the first GPU if any, else CPU).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="'auto' is float32 on CPU (bf16 is ~20x slower there) and bfloat16 on GPU."
+    )
+    max_batch_size: int = Field(64, ge=1, le=4096, description="Sequences decoded together at most.")
+    max_context: int | None = Field(None, ge=16, le=10_000_000,
+                                    description="Prompt + completion tokens; default: the model's max_position_embeddings.")
+    attn_implementation: Literal["sdpa", "eager"] = Field("sdpa", description="Attention kernel passed to from_pretrained.")
+    gather_ms: float = Field(2.0, ge=0, le=1000, description="How long the worker waits for more requests before a prefill.")
+    torch_threads: int | None = Field(
+        None, ge=1, le=1024, description="torch intra-op threads of the engine's worker thread on CPU; None keeps torch's default. "
+        "A small model beside busy sandboxes decodes fastest with 1: bench/bench_engine_threads.py measures it."
+    )
+    weight_load_timeout_s: float = Field(600, gt=0, le=86_400, description="load_weights waits this long for in-flight requests, then fails.")
+    close_timeout_s: float = Field(30, gt=0, le=3600, description="close() waits this long for the worker's current forward pass.")
+
+
+def _default_api_key() -> SecretStr:
+    return SecretStr(os.environ.get("OPENAI_API_KEY") or "EMPTY")
+
+
+class OpenAIEngineConfig(BaseModel):
+    """The HTTP engine: which server and model, and how it talks to them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["openai"] = Field("openai", description="Selects the OpenAI-compatible HTTP engine.")
+    base_url: str = Field(min_length=1, max_length=2048, description="The server, e.g. http://127.0.0.1:8000/v1 (/v1 is added to a bare host).")
+    model: ModelRef = Field(description="The model name the server serves (vLLM: --served-model-name, else its model path).")
+    api_key: SecretStr = Field(
+        default_factory=_default_api_key, description="Bearer token; default: $OPENAI_API_KEY, else 'EMPTY' (what vLLM accepts without --api-key)."
+    )
+    request_timeout_s: float = Field(600.0, gt=0, le=86_400, description="Longest wait for one completion (read/write); a timeout is not retried.")
+    connect_timeout_s: float = Field(10.0, gt=0, le=600, description="Longest wait to open a connection.")
+    max_retries: int = Field(3, ge=0, le=20, description="Extra attempts after a connection error or a 408/429/5xx answer; then EngineError.")
+    backoff_initial_s: float = Field(0.5, ge=0, le=60, description="Wait before the first retry; doubled at each further one.")
+    backoff_max_s: float = Field(8.0, ge=0, le=600, description="Cap on the wait between two retries.")
+    max_concurrency: int = Field(64, ge=1, le=4096, description="Requests in flight at once (per event loop); the rest wait their turn here.")
+    max_context: int | None = Field(
+        None, ge=16, le=100_000_000, description="Prompt + completion tokens; default: the server's max_model_len from GET /v1/models."
+    )
+    require_logprobs: bool = Field(
+        True, description="Fail (EngineError) when the server gives no log-prob per token; False: NaN log-probs (never for training)."
+    )
+    vllm_extensions: bool = Field(
+        True,
+        description="Send vLLM's extra fields (top_k, min_p, repetition_penalty, stop_token_ids, return_token_ids, ...); "
+        "turn off only for a server that rejects unknown fields, which then cannot get exact ids.",
+    )
+    weight_load_timeout_s: float = Field(900.0, gt=0, le=86_400, description="load_weights waits this long for in-flight requests and the reload.")
+
+
+class ScriptedEngineConfig(BaseModel):
+    """The scripted policy: which demonstration it replays (the replies come from the tasks' gold patches)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["scripted"] = Field("scripted", description="Selects the scripted policy (no model).")
+    demo: Literal["edit", "replace"] = Field("edit", description="`edit` explores then edits the gold patch's lines; "
+                                             "`replace` opens the file, replaces the smallest unique span, submits.")
+    give_up: float = Field(0.0, ge=0.0, le=1.0, description="Demo `replace`: the fraction of trajectories that submit right "
+                           "after `open`, unfixed (a noisy demonstrator; see ReplaceDemonstrator).")
+    max_context: int = Field(32768, ge=16, le=100_000_000, description="Prompt + completion tokens it accepts.")
+    after_script: str = Field("Done.\n```\nsubmit\n```", max_length=100_000,
+                              description="The reply of a trajectory past the end of its script.")
+
+
+EngineConfig = Annotated[
+    HFEngineConfig | VLLMEngineConfig | OpenAIEngineConfig | ScriptedEngineConfig,
+    Field(discriminator="kind"),
+]
+"""Any engine's config; ``kind`` says which."""
+
+__all__ = ["EngineConfig", "EngineKind", "HFEngineConfig", "OpenAIEngineConfig", "ScriptedEngineConfig", "VLLMEngineConfig"]
