@@ -13,6 +13,7 @@ from flows.rft import policy_ref
 from flows.rollout import rollout_stage, run_chunks
 from swerl.orchestration.metrics import grading_metrics, prefixed, rollout_metrics, train_metrics
 from swerl.orchestration.params import DAPOParams, SamplerParams, TrackingParams
+from swerl.rl.rewards import check_turn_window
 from swerl.stages.config import part
 from swerl.stages.rollout import stored_trajectories
 from swerl.stages.train import DAPOObjective, DAPOStage
@@ -26,6 +27,7 @@ def dapo_iteration(tasks: Path, policy_path: str, policy_version: str, iteration
                    tracking: TrackingParams = TrackingParams(), parent_run_id: str | None = None, step: int | None = None,
                    container_label: str | None = None) -> dict[str, Any]:
     """Iteration ``iteration``: rollouts of the policy, then one DAPO update -> a registered `candidate`."""
+    check_turn_window(sampler.agent.max_turns, dapo.reward)  # before any rollout
     step = iteration + 1 if step is None else step
     name = f"iter-{iteration}"
     run_id = tr.stage_run(tracking, parent_run_id, name, params={"iteration": iteration, "samples": dapo.samples,

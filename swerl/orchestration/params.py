@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from swerl.curriculum.config import CurriculumConfig
 from swerl.models.tiny import TinyModelConfig
+from swerl.rl.rewards import check_turn_window
 from swerl.rl.rft import RFTConfig
 from swerl.stages.config import part
 from swerl.stages.rollout import SamplerConfig
@@ -138,6 +139,12 @@ class PipelineParams(BaseModel):
     def run_name(self) -> str:
         """The Prefect flow run's name."""
         return f"pipeline-{self.name}"
+
+    @model_validator(mode="after")
+    def _turn_window(self) -> "PipelineParams":
+        if self.dapo.iterations:  # DAPO samples with the pipeline's sampler
+            check_turn_window(self.sampler.agent.max_turns, self.dapo.reward)
+        return self
 
     @model_validator(mode="after")
     def _task_sources(self) -> "PipelineParams":

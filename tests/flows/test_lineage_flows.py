@@ -34,7 +34,7 @@ def pipeline_run(prefect_api, docker_ready, demo, task_slice, tiny_model_dir, tm
         seed=3, sampler=SamplerParams(engine="hf", concurrency=3, agent={"max_turns": 2, "max_new_tokens": 16}),
         rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=3, agent={"max_turns": 20}), samples=1,
                       train=TrainParams(epochs=1, batch_size=3, optimizer={"lr": 1e-3, "warmup_steps": 0, "lr_schedule": "cosine"})),
-        dapo=DAPOParams(iterations=1, samples=2, rewards_file=rewards,
+        dapo=DAPOParams(iterations=1, samples=2, rewards_file=rewards, reward={"length_penalty": False},
                         train=TrainParams(batch_size=6, optimizer={"lr": 1e-4, "lr_schedule": "constant"})),
         eval=EvalParams(runs=1),
         tracking=TrackingParams(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment=NAME),

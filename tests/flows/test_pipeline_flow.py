@@ -45,7 +45,7 @@ def _params(tmp: Path, tasks: Path, repos: Path):
         sampler=SamplerParams(engine="hf", concurrency=3, agent={"max_turns": 3, "max_new_tokens": 24}),
         rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=3, agent={"max_turns": 20}), samples=1,
                       train=TrainParams(epochs=1, batch_size=3, optimizer={"lr": 1e-3, "warmup_steps": 0, "lr_schedule": "cosine"})),
-        dapo=DAPOParams(iterations=2, samples=2, rewards_file=rewards,
+        dapo=DAPOParams(iterations=2, samples=2, rewards_file=rewards, reward={"length_penalty": False},
                         train=TrainParams(batch_size=6, optimizer={"lr": 1e-4, "lr_schedule": "constant"})),
         eval=EvalParams(runs=2),
         tracking=TrackingParams(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment="e2e"),
