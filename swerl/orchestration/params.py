@@ -20,6 +20,8 @@ from swerl.stages.config import part
 from swerl.stages.rollout import SamplerConfig
 from swerl.stages.train import DAPO_TRAIN, RFT_TRAIN, DAPOObjective, TrainSettings
 
+TASK_FILE = "Task file: .jsonl, .json, .parquet or a saved dataset folder"
+
 
 class TrackingParams(BaseModel):
     """Where MLflow records runs (None: $MLFLOW_TRACKING_URI, else SQLite under .swerl/)."""
@@ -111,7 +113,7 @@ class PipelineParams(BaseModel):
 
     name: str = Field("demo", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", description="Pipeline id: run folder and MLflow parent run.")
     run_root: Path = Field(Path("runs/pipelines"), description="Run folders live in RUN_ROOT/NAME.")
-    tasks: Path | None = Field(None, description="Training task file (default: the embedded demo tasks).")
+    tasks: Path | None = Field(None, description=f"Training {TASK_FILE.lower()} (default: the embedded demo tasks).")
     eval_tasks: Path | None = Field(None, description="Held-out task file for evaluation (default: the training tasks).")
     repos: Path | None = Field(None, description="Repository mirror folder (default: the demo's).")
     ca_certs: list[Path] | None = Field(None, description="Extra CA certificates (PEM) for image builds.")
@@ -162,7 +164,7 @@ class EvaluateParams(BaseModel):
 
     model: str = Field("champion", description="Model folder, hub name, or `alias:NAME` / `version:N` of the registered "
                        "model; a bare `champion` or `candidate` means the alias.")
-    tasks: Path | None = Field(None, description="Task file (default: the embedded demo tasks).")
+    tasks: Path | None = Field(None, description=f"{TASK_FILE} (default: the embedded demo tasks).")
     repos: Path | None = Field(None, description="Repository mirror folder (default: the demo's).")
     out: Path = Field(Path("runs/evaluations"), description="Each evaluation writes OUT/<label>-<date>/.")
     runs: int = Field(2, ge=1, le=1024, description="Independent runs per task (k).")
@@ -180,7 +182,7 @@ class BuildImagesParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tasks: Path | None = Field(None, description="Task file (default: the embedded demo tasks).")
+    tasks: Path | None = Field(None, description=f"{TASK_FILE} (default: the embedded demo tasks).")
     repos: Path | None = Field(None, description="Repository mirror folder (default: the demo's).")
     ca_certs: list[Path] | None = Field(None, description="Extra CA certificates (PEM); default: the host's bundle.")
     manifest: Path = Field(Path("runs/images.json"), description="Where the task -> image map is written.")
@@ -194,7 +196,7 @@ class RolloutParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(description="Model folder, hub name, or a registry alias (`champion`, `alias:NAME`, `version:N`).")
-    tasks: Path | None = Field(None, description="Task file (default: the embedded demo tasks).")
+    tasks: Path | None = Field(None, description=f"{TASK_FILE} (default: the embedded demo tasks).")
     repos: Path | None = Field(None, description="Repository mirror folder (default: the demo's).")
     out: Path = Field(description="Run folder: trajectories/*.parquet and summary.json; a rerun resumes it.")
     samples: int = Field(1, ge=1, le=1024, description="Trajectories per task (G).")
@@ -211,7 +213,7 @@ class GradeParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     predictions: Path = Field(description="Predictions JSONL.")
-    tasks: Path | None = Field(None, description="Task file (default: the embedded demo tasks).")
+    tasks: Path | None = Field(None, description=f"{TASK_FILE} (default: the embedded demo tasks).")
     repos: Path | None = Field(None, description="Repository mirror folder (default: the demo's).")
     out: Path = Field(description="Results JSONL: one line per prediction.")
     chunk_size: int = Field(50, ge=1, le=100_000, description="Predictions per grading task run.")
