@@ -1,7 +1,8 @@
 """Stage: roll the agent out on a task set (resumable), and evaluation on top of it.
 
-A stage whose share of infrastructure-failed pairs (``Trajectory.infra_failed``) exceeds
-``max_infra_failure_rate`` raises ``InfraFailureRate`` (retryable) once it has stored what
+How a stage samples (engine, agent limits, sampling, sandboxes) is one ``SamplerConfig``, the same
+the CLI and the Prefect forms set. A stage whose share of infrastructure-failed pairs
+(``Trajectory.infra_failed``) exceeds ``sampler.max_infra_failure_rate`` raises ``InfraFailureRate`` (retryable) once it has stored what
 it finished; its rerun redoes only the failed pairs. Below the bound the stage completes,
 and evaluation leaves the failed pairs out of every figure and lists them apart.
 """
