@@ -29,7 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from swerl.stages.rollout import RolloutStage, run_rollout  # noqa: E402
+from swerl.agent.loop import AgentConfig  # noqa: E402
+from swerl.stages.rollout import RolloutStage, SamplerConfig, run_rollout  # noqa: E402
 
 
 def _rollout(stage: RolloutStage):
@@ -63,15 +64,14 @@ def main() -> None:
     settings = [None if t == "default" else int(t) for t in args.threads]
     runs: dict[int | None, list] = {s: [] for s in settings}
     # a first, discarded rollout: image checks, page cache and the model files warm up
-    _rollout(RolloutStage(tasks=tasks, repos=repos, model=model, engine="hf", samples=1, out=work / "warm-up",
-                          concurrency=args.concurrency, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
-                          prompt_dir=args.prompt_dir, log_dir=work / "logs"))
+    agent = AgentConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, prompt_dir=args.prompt_dir)
+    _rollout(RolloutStage(tasks=tasks, repos=repos, model=model, samples=1, out=work / "warm-up", log_dir=work / "logs",
+                          sampler=SamplerConfig(engine="hf", concurrency=args.concurrency, agent=agent)))
     for rep in range(args.repeats):
         for s in settings:
-            stage = RolloutStage(tasks=tasks, repos=repos, model=model, engine="hf", samples=args.samples,
-                                 out=work / f"r{rep}-t{s or 'default'}", concurrency=args.concurrency, max_turns=args.max_turns,
-                                 max_new_tokens=args.max_new_tokens, seed=rep, prompt_dir=args.prompt_dir, torch_threads=s,
-                                 log_dir=work / "logs")
+            stage = RolloutStage(tasks=tasks, repos=repos, model=model, samples=args.samples, seed=rep,
+                                 out=work / f"r{rep}-t{s or 'default'}", log_dir=work / "logs",
+                                 sampler=SamplerConfig(engine="hf", concurrency=args.concurrency, agent=agent, torch_threads=s))
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
                 summary = pool.submit(_rollout, stage).result()
             runs[s].append(summary)

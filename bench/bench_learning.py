@@ -119,8 +119,9 @@ def main() -> None:
                 "warm_start": None, "curriculum": params.curriculum, "validate_runs": 0,
                 "rft": params.rft.model_copy(update={"enabled": False}),
                 "eval": params.eval.model_copy(update={"evaluate_start": False}),
-                "dapo": params.dapo.model_copy(update={"eps_high": params.dapo.eps_low, "drop_zero_advantage": False,
-                                                       "loss_aggregation": "sequence"})})
+                "dapo": params.dapo.model_copy(update={
+                    "drop_zero_advantage": False, "loss": params.dapo.loss.model_copy(update={
+                        "eps_high": params.dapo.loss.eps_low, "loss_aggregation": "sequence"})})})
             results[seed]["grpo"] = pipeline(grpo)
     load = os.getloadavg()
     print(f"held-out Pass@1 (mean ± SEM over runs) per stage; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")

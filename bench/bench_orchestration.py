@@ -44,7 +44,7 @@ def main() -> None:
     from prefect.testing.utilities import prefect_test_harness
 
     from swerl.demo import materialize_demo
-    from swerl.orchestration.params import (AgentParams, DAPOParams, EvalParams, PipelineParams, RFTParams, TrackingParams,
+    from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingParams,
                                             TrainParams)
 
     demo = materialize_demo(work / "demo")
@@ -53,11 +53,11 @@ def main() -> None:
     tasks.write_text("\n".join(lines) + "\n")
     params = PipelineParams(
         name="bench", run_root=work / "runs", tasks=tasks, repos=demo.repos_dir, validate_runs=1,
-        agent=AgentParams(engine="hf", max_turns=4, max_new_tokens=48, concurrency=4),
-        rft=RFTParams(agent=AgentParams(engine="scripted", max_turns=20, concurrency=4), samples=1,
-                      train=TrainParams(epochs=1, lr=1e-3, batch_size=args.tasks, warmup_steps=0)),
+        sampler=SamplerParams(engine="hf", concurrency=4, agent={"max_turns": 4, "max_new_tokens": 48}),
+        rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=4, agent={"max_turns": 20}), samples=1,
+                      train=TrainParams(epochs=1, batch_size=args.tasks, optimizer={"lr": 1e-3, "warmup_steps": 0, "lr_schedule": "cosine"})),
         dapo=DAPOParams(iterations=args.iterations, samples=2, reward={"l_thr": 1, "t_max": 5},
-                        train=TrainParams(lr=1e-4, batch_size=2 * args.tasks, lr_schedule="constant")),
+                        train=TrainParams(batch_size=2 * args.tasks, optimizer={"lr": 1e-4, "lr_schedule": "constant"})),
         eval=EvalParams(runs=1), tracking=TrackingParams(tracking_uri=f"sqlite:///{work / 'mlflow.db'}"))
     with prefect_test_harness(server_startup_timeout=90):
         from flows.pipeline import pipeline

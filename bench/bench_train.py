@@ -88,7 +88,7 @@ def naive_step(trainer, batch: TrainBatch) -> None:
         logits = policy(input_ids=ids, attention_mask=mb["attention_mask"]).logits.float()  # [B, T, V]
         lp = logits.log_softmax(-1)[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1)  # lp[t] predicts ids[t + 1]
         lp = F.pad(lp, (1, 0))  # at t: log p(ids[t]), Trajectory.logprobs' layout
-        return dapo_loss(lp, mb["old_logprobs"], mb["advantages"], mb["action_mask"], cfg.eps_low, cfg.eps_high,
+        return dapo_loss(lp, mb["old_logprobs"], mb["advantages"], mb["action_mask"], cfg.loss.eps_low, cfg.loss.eps_high,
                          norm_tokens=plan.norm_tokens)[0]
 
     manual_step(trainer, batch, micro_loss)
@@ -121,7 +121,7 @@ def throughput_section(args, model_dir: Path) -> None:
     lengths = [args.seq_len] * args.batch
     batch = make_batch(lengths, VOCAB)
     tokens = sum(lengths)
-    common = dict(lr=1e-6, max_tokens_per_microbatch=args.microbatch_tokens, logprob_chunk_size=args.chunk, device="cpu")
+    common = dict(optimizer={"lr": 1e-6}, max_tokens_per_microbatch=args.microbatch_tokens, logprob_chunk_size=args.chunk, device="cpu")
     dapo = make_trainer(model_dir, TrainerConfig(**common))
     sft = make_trainer(model_dir, TrainerConfig(objective="sft", **common))
     hf = make_trainer(model_dir, TrainerConfig(objective="sft", **common))  # its model and AdamW only
@@ -184,7 +184,7 @@ METHODS = {"ours": "DAPO step (chunked head)", "ours-detached": "same, entropy o
 
 def memory_worker(method: str, length: int, model_dir: str, chunk: int) -> None:
     """In a fresh process: peak RSS above the pre-step RSS of one step on one ``length``-token sequence; prints JSON."""
-    cfg = TrainerConfig(lr=1e-6, max_tokens_per_microbatch=max(length, 64), logprob_chunk_size=chunk, device="cpu")
+    cfg = TrainerConfig(optimizer={"lr": 1e-6}, max_tokens_per_microbatch=max(length, 64), logprob_chunk_size=chunk, device="cpu")
     trainer = make_trainer(model_dir, cfg)
     if method == "ours-detached":
         trainer.model = DetachedEntropy(trainer.model)
@@ -252,7 +252,7 @@ def deepspeed_section(args, model_dir: Path) -> None:
     lengths = [args.seq_len] * args.batch
     batch = make_batch(lengths, VOCAB)
     tokens = sum(lengths)
-    common = dict(lr=1e-6, max_tokens_per_microbatch=args.microbatch_tokens, logprob_chunk_size=args.chunk)
+    common = dict(optimizer={"lr": 1e-6}, max_tokens_per_microbatch=args.microbatch_tokens, logprob_chunk_size=args.chunk)
     print(f"## 3. DeepSpeed ZeRO-3 (1 process, CPU, gloo) vs torch backend, DAPO step ({args.batch} x {args.seq_len} tokens, "
           f"load {load()})")
     torch_trainer = make_trainer(model_dir, TrainerConfig(device="cpu", **common))
@@ -295,7 +295,7 @@ def gpu_section(args, work: Path, qwen_config=None, device: str = "cuda") -> Non
           f"vocab {qwen_config.vocab_size}) on {name}, peak {args.peak_tflops} TFLOPS, gradient checkpointing "
           f"{'on' if args.gpu_checkpointing else 'off'}")
     for n in args.gpu_lengths:
-        trainer = make_trainer(model_dir, TrainerConfig(lr=1e-6, device=device, max_tokens_per_microbatch=n,
+        trainer = make_trainer(model_dir, TrainerConfig(optimizer={"lr": 1e-6}, device=device, max_tokens_per_microbatch=n,
                                                         logprob_chunk_size=args.chunk,
                                                         gradient_checkpointing=args.gpu_checkpointing))
         params = sum(p.numel() for p in trainer.policy.parameters())

@@ -220,7 +220,7 @@ def stats(d: torch.Tensor) -> str:
 def trainer_section(args, work: Path, model_dir: Path, batch: TrainBatch) -> None:
     print(f"\n## 2. TorchTrainer on cuda: bf16 autocast (dtype auto), fp32 master weights; batch {len(batch)} sequences, "
           f"{sum(batch.lengths)} tokens, {batch.action_tokens} action tokens", flush=True)
-    cfg = TrainerConfig(lr=args.lr, device="cuda", max_tokens_per_microbatch=4096, logprob_chunk_size=512)
+    cfg = TrainerConfig(optimizer={"lr": args.lr}, device="cuda", max_tokens_per_microbatch=4096, logprob_chunk_size=512)
     trainer = make_trainer(model_dir, cfg)
     check(trainer.autocast_dtype == torch.bfloat16 and next(trainer.policy.parameters()).dtype == torch.float32,
           f"trainer autocast {trainer.autocast_dtype}, master weights {next(trainer.policy.parameters()).dtype}")
@@ -297,7 +297,7 @@ def deepspeed_section(args, work: Path, model_dir: Path, batch: TrainBatch) -> N
     import deepspeed
 
     print(f"\n## 3. DeepSpeed {deepspeed.__version__} (1 process, nccl) vs torch backend: first DAPO step on cuda", flush=True)
-    base = TrainerConfig(lr=args.lr, device="cuda", max_tokens_per_microbatch=4096, logprob_chunk_size=512)
+    base = TrainerConfig(optimizer={"lr": args.lr}, device="cuda", max_tokens_per_microbatch=4096, logprob_chunk_size=512)
     ref = make_trainer(model_dir, base)
     m_ref = ref.train_step(batch)
     w_ref = {k: v.detach().float().cpu() for k, v in ref.policy.state_dict().items()}

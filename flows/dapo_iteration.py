@@ -12,30 +12,33 @@ from flows._hooks import HOOKS
 from flows.rft import policy_ref
 from flows.rollout import rollout_stage, run_chunks
 from swerl.orchestration.metrics import grading_metrics, prefixed, rollout_metrics, train_metrics
-from swerl.orchestration.params import AgentParams, DAPOParams, TrackingParams
+from swerl.orchestration.params import DAPOParams, SamplerParams, TrackingParams
+from swerl.rl.rewards import check_turn_window
+from swerl.stages.config import part
 from swerl.stages.rollout import stored_trajectories
-from swerl.stages.train import DAPOStage
+from swerl.stages.train import DAPOObjective, DAPOStage
 from tasks import tracking as tr
 from tasks.train import train_dapo_task
 
 
 @flow(name="dapo_iteration", log_prints=True, **HOOKS)
 def dapo_iteration(tasks: Path, policy_path: str, policy_version: str, iteration: int, out: Path, repos: Path | None = None,
-                   dapo: DAPOParams = DAPOParams(), agent: AgentParams = AgentParams(), seed: int = 0,
+                   dapo: DAPOParams = DAPOParams(), sampler: SamplerParams = SamplerParams(), seed: int = 0,
                    tracking: TrackingParams = TrackingParams(), parent_run_id: str | None = None, step: int | None = None,
                    container_label: str | None = None) -> dict[str, Any]:
     """Iteration ``iteration``: rollouts of the policy, then one DAPO update -> a registered `candidate`."""
+    check_turn_window(sampler.agent.max_turns, dapo.reward)  # before any rollout
     step = iteration + 1 if step is None else step
     name = f"iter-{iteration}"
     run_id = tr.stage_run(tracking, parent_run_id, name, params={"iteration": iteration, "samples": dapo.samples,
-                                                                "eps_low": dapo.eps_low, "eps_high": dapo.eps_high,
-                                                                "lr": dapo.train.lr, "advantage": dapo.advantage,
+                                                                "eps_low": dapo.loss.eps_low, "eps_high": dapo.loss.eps_high,
+                                                                "lr": dapo.train.optimizer.lr, "advantage": dapo.advantage,
                                                                 "start_policy": policy_version})
     # each iteration samples afresh, also when the previous one left the policy unchanged
     it_seed = seed + 1000 * iteration
     stage = rollout_stage(tasks=tasks, repos=repos, model=policy_path, out=out / "rollout", samples=dapo.samples, seed=it_seed,
-                          policy_version=policy_version, agent=agent, container_label=container_label)
-    rolled = run_chunks(stage, agent.chunk_size, agent.timeout_s)
+                          policy_version=policy_version, sampler=sampler, container_label=container_label)
+    rolled = run_chunks(stage, sampler.chunk_size, sampler.chunk_timeout_s)
     trajectories = stored_trajectories(Path(rolled["store"]))
     metrics = prefixed("rollout", rollout_metrics(trajectories, dapo.reward, wall_s=rolled["wall_s"]))
     metrics.update(prefixed("grading", grading_metrics(trajectories)))
@@ -44,10 +47,8 @@ def dapo_iteration(tasks: Path, policy_path: str, policy_version: str, iteration
                                         parent_run_id)
     t = dapo.train
     train_stage = DAPOStage(trajectories=[Path(rolled["store"])], model=policy_path, out=out / "train", seed=it_seed,
-                            **t.stage_fields(), policy_version=policy_version, iteration=iteration, reward=dapo.reward,
-                            advantage=dapo.advantage, eps_low=dapo.eps_low, eps_high=dapo.eps_high,
-                            rewards_file=dapo.rewards_file, drop_zero_advantage=dapo.drop_zero_advantage,
-                            loss_aggregation=dapo.loss_aggregation)
+                            train=t.settings(), policy_version=policy_version, iteration=iteration,
+                            **dict(part(dapo, DAPOObjective)))
     outcome = train_dapo_task.with_options(timeout_seconds=t.timeout_s)(train_stage)
     new_version = f"dapo-{iteration}"
     if outcome["trained"]:

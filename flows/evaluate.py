@@ -59,9 +59,9 @@ def evaluate_stage(params: EvaluateParams = EvaluateParams(), parent_run_id: str
     from flows.rollout import rollout_stage
 
     stage_cfg = rollout_stage(tasks=tasks, repos=repos, model=policy["path"], out=folder, samples=params.runs, seed=params.seed,
-                              policy_version=policy_version or policy["policy_version"], agent=params.agent,
+                              policy_version=policy_version or policy["policy_version"], sampler=params.sampler,
                               container_label=container_label)
-    record = evaluate_task.with_options(timeout_seconds=params.agent.timeout_s)(stage_cfg)
+    record = evaluate_task.with_options(timeout_seconds=params.sampler.chunk_timeout_s)(stage_cfg)
     report = record["report"]
     metrics = eval_metrics(tr_report(report))
     digests = tr.log_lineage(params.tracking, run_id, tasks=tasks, tasks_name="eval-tasks", tasks_context="evaluation",

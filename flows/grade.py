@@ -34,7 +34,7 @@ def grade(params: GradeParams) -> dict[str, Any]:
     rows = [p.model_dump() for p in preds]
     chunks = [rows[i:i + params.chunk_size] for i in range(0, len(rows), params.chunk_size)]
     parts = [params.out.with_name(f"{params.out.stem}.part{n:04d}.jsonl") for n in range(len(chunks))]
-    futures = [grade_chunk.submit(tasks, chunk, manifest, part, params.concurrency, params.timeout_s)
+    futures = [grade_chunk.submit(tasks, chunk, manifest, part, params.concurrency, params.test_timeout_s)
                for chunk, part in zip(chunks, parts)]
     results = [f.result() for f in futures]
     params.out.parent.mkdir(parents=True, exist_ok=True)

@@ -203,7 +203,7 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
         out = {}
         for key, path in sets.items():
             built = build_images_task(ImagesStage(tasks=path, repos=repos, ca_certs=params.ca_certs,
-                                                  concurrency=params.agent.concurrency,
+                                                  concurrency=params.sampler.concurrency,
                                                   manifest=run_dir / ("images.json" if key == "train" else f"images-{key}.json")),
                                       return_state=True)
             result = built.result()
@@ -221,7 +221,7 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
             for key, path in sets.items():
                 suffix = "" if key == "train" else f"-{key}"
                 report = validate_tasks_task(path, Path(images[key]["manifest"]), params.validate_runs,
-                                             run_dir / f"validation{suffix}.json", params.agent.concurrency)
+                                             run_dir / f"validation{suffix}.json", params.sampler.concurrency)
                 tr.log_metrics(params.tracking, parent_id, {f"tasks{suffix}/valid": float(report["valid"]),
                                                             f"tasks{suffix}/total": float(report["total"])})
                 kept = keep_valid_tasks(path, run_dir / f"validation{suffix}.json", run_dir / f"tasks{suffix}.valid.jsonl")
@@ -246,7 +246,7 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
     def eval_body(name: str, step: int, pol: dict[str, Any]) -> dict[str, Any]:
         model = f"version:{pol['registered_version']}" if pol.get("registered_version") else pol["path"]
         result = evaluate_stage.with_options(flow_run_name=name)(
-            EvaluateParams(model=model, tasks=eval_tasks, repos=repos, runs=params.eval.runs, seed=params.seed, agent=params.agent,
+            EvaluateParams(model=model, tasks=eval_tasks, repos=repos, runs=params.eval.runs, seed=params.seed, sampler=params.sampler,
                            tracking=params.tracking, promote=params.eval.promote),
             parent_run_id=parent_id, stage=name, step=step, out=run_dir / "eval" / name, container_label=label,
             policy_version=pol["policy_version"])
@@ -267,14 +267,14 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
         def warm_body() -> dict[str, Any]:
             return rft.with_options(flow_run_name="warm-start")(
                 tasks=warm_tasks, model=policy["path"], out=run_dir / "warm-start", repos=repos,
-                policy_version=policy["policy_version"], rft=RFTParams(samples=warm.samples, agent=warm.agent, train=warm.train,
+                policy_version=policy["policy_version"], rft=RFTParams(samples=warm.samples, sampler=warm.sampler, train=warm.train,
                                                                        # a noisy demonstrator's unfixed runs are the point of
                                                                        # it: imitate them too
-                                                                       require_resolved=warm.agent.demo_give_up == 0),
-                agent=params.agent, seed=params.seed, tracking=params.tracking, parent_run_id=parent_id, step=0,
+                                                                       require_resolved=warm.sampler.demo_give_up == 0),
+                sampler=params.sampler, seed=params.seed, tracking=params.tracking, parent_run_id=parent_id, step=0,
                 container_label=label, stage="warm-start")
 
-        done = stage("warm-start", warm_body, explain_training("warm-start", warm.agent.engine, policy))
+        done = stage("warm-start", warm_body, explain_training("warm-start", warm.sampler.engine, policy))
         if not done["trained"]:
             raise RuntimeError(f"the warm start trained nothing: {done['reason']}")
         policy = done["policy"]
@@ -289,12 +289,12 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
         def rft_body() -> dict[str, Any]:
             result = rft.with_options(flow_run_name="rft")(
                 tasks=tasks, model=policy["path"], out=run_dir / "rft", repos=repos, policy_version=policy["policy_version"],
-                rft=params.rft, agent=params.agent, seed=params.seed, tracking=params.tracking, parent_run_id=parent_id, step=1,
+                rft=params.rft, sampler=params.sampler, seed=params.seed, tracking=params.tracking, parent_run_id=parent_id, step=1,
                 container_label=label)
             tr.log_metrics(params.tracking, parent_id, result["metrics"], step=1)
             return result
 
-        done = stage("rft", rft_body, explain_training("rft", (params.rft.agent or params.agent).engine, policy))
+        done = stage("rft", rft_body, explain_training("rft", (params.rft.sampler or params.sampler).engine, policy))
         policy = done["policy"] if done["trained"] else policy  # carried forward: keep its registry version
         evaluated = stage("eval-rft", lambda: eval_body("eval-rft", 1, policy), explain_eval("eval-rft"))
         rows.append(stage_row("rft", 1, policy["policy_version"], {**done["metrics"], **evaluated["metrics"],
@@ -308,12 +308,12 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
         def iter_body(k: int = k, step: int = step, start: dict[str, Any] = policy) -> dict[str, Any]:
             result = dapo_iteration.with_options(flow_run_name=f"iter-{k}")(
                 tasks=tasks, policy_path=start["path"], policy_version=start["policy_version"], iteration=k,
-                out=run_dir / f"iter-{k}", repos=repos, dapo=params.dapo, agent=params.agent, seed=params.seed,
+                out=run_dir / f"iter-{k}", repos=repos, dapo=params.dapo, sampler=params.sampler, seed=params.seed,
                 tracking=params.tracking, parent_run_id=parent_id, step=step, container_label=label)
             tr.log_metrics(params.tracking, parent_id, result["metrics"], step=step)
             return result
 
-        done = stage(f"iter-{k}", iter_body, explain_training(f"iter-{k}", params.agent.engine, policy))
+        done = stage(f"iter-{k}", iter_body, explain_training(f"iter-{k}", params.sampler.engine, policy))
         policy = done["policy"] if done["trained"] else policy  # carried forward: keep its registry version
         evaluated = stage(f"eval-iter-{k}", lambda step=step, k=k: eval_body(f"eval-iter-{k}", step, policy),
                           explain_eval(f"eval-iter-{k}"))

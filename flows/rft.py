@@ -10,7 +10,9 @@ from prefect import flow
 from flows._hooks import HOOKS
 from flows.rollout import rollout_stage, run_chunks
 from swerl.orchestration.metrics import grading_metrics, prefixed, rollout_metrics, train_metrics
-from swerl.orchestration.params import AgentParams, RFTParams, TrackingParams
+from swerl.orchestration.params import RFTParams, SamplerParams, TrackingParams
+from swerl.rl.rft import RFTConfig
+from swerl.stages.config import part
 from swerl.stages.rollout import stored_trajectories
 from swerl.stages.train import RFTStage
 from tasks import tracking as tr
@@ -24,7 +26,7 @@ def policy_ref(path: str, version: str, registered: dict[str, str] | None = None
 
 @flow(name="rft", log_prints=True, **HOOKS)
 def rft(tasks: Path, model: str, out: Path, repos: Path | None = None, policy_version: str = "0",
-        rft: RFTParams = RFTParams(), agent: AgentParams = AgentParams(), seed: int = 0,
+        rft: RFTParams = RFTParams(), sampler: SamplerParams = SamplerParams(), seed: int = 0,
         tracking: TrackingParams = TrackingParams(), parent_run_id: str | None = None, step: int = 1,
         container_label: str | None = None, stage: str = "rft") -> dict[str, Any]:
     """Rollouts of ``model`` on ``tasks`` -> resolved runs -> SFT on their replies -> a registered `candidate`.
@@ -32,12 +34,12 @@ def rft(tasks: Path, model: str, out: Path, repos: Path | None = None, policy_ve
     ``stage`` names the MLflow run and the new policy version: ``rft``, or ``warm-start``
     for supervised warm-up on demonstrations before the measured curve begins.
     """
-    sampler = rft.agent or agent
+    sampler = rft.sampler or sampler
     run_id = tr.stage_run(tracking, parent_run_id, stage, params={"samples": rft.samples, "engine": sampler.engine,
-                                                                 "lr": rft.train.lr, "epochs": rft.train.epochs})
+                                                                 "lr": rft.train.optimizer.lr, "epochs": rft.train.epochs})
     sampling = rollout_stage(tasks=tasks, repos=repos, model=model, out=out / "rollout", samples=rft.samples, seed=seed,
-                             policy_version=policy_version, agent=sampler, container_label=container_label)
-    rolled = run_chunks(sampling, sampler.chunk_size, sampler.timeout_s)
+                             policy_version=policy_version, sampler=sampler, container_label=container_label)
+    rolled = run_chunks(sampling, sampler.chunk_size, sampler.chunk_timeout_s)
     trajectories = stored_trajectories(Path(rolled["store"]))
     metrics = prefixed("rollout", rollout_metrics(trajectories, wall_s=rolled["wall_s"]))
     metrics.update(prefixed("grading", grading_metrics(trajectories)))
@@ -45,9 +47,8 @@ def rft(tasks: Path, model: str, out: Path, repos: Path | None = None, policy_ve
     trained_on = tr.log_training_inputs(tracking, run_id, tasks, Path(rolled["store"]), data, len(trajectories), model,
                                         parent_run_id)
     t = rft.train
-    train_stage = RFTStage(trajectories=[Path(rolled["store"])], model=model, out=out / "train", seed=seed, **t.stage_fields(),
-                           require_submitted=rft.require_submitted, max_per_task=rft.max_per_task,
-                           require_resolved=rft.require_resolved)
+    train_stage = RFTStage(trajectories=[Path(rolled["store"])], model=model, out=out / "train", seed=seed, train=t.settings(),
+                           **part(rft, RFTConfig).model_dump())
     selected = select_rft_data(train_stage)
     metrics.update({"rft/kept": float(selected["kept"]), "rft/tasks_kept": float(selected["tasks_kept"])})
     outcome = train_rft_task.with_options(timeout_seconds=t.timeout_s)(train_stage)

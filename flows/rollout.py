@@ -8,19 +8,16 @@ from prefect import flow
 
 from flows._hooks import HOOKS
 from swerl.orchestration.inputs import task_inputs
-from swerl.orchestration.params import AgentParams, RolloutParams
+from swerl.orchestration.params import RolloutParams, SamplerParams
 from swerl.stages.rollout import RolloutStage, stage_tasks
 from tasks.rollout import rollout_chunk
 
 
-def rollout_stage(*, tasks, repos, model: str, out, samples: int, seed: int, policy_version: str, agent: AgentParams,
+def rollout_stage(*, tasks, repos, model: str, out, samples: int, seed: int, policy_version: str, sampler: SamplerParams,
                   grade: bool = True, container_label: str | None = None) -> RolloutStage:
-    return RolloutStage(tasks=tasks, repos=repos, model=model, engine=agent.engine, samples=samples, out=out,
-                        concurrency=agent.concurrency, max_turns=agent.max_turns, max_context=agent.max_context,
-                        max_new_tokens=agent.max_new_tokens, command_timeout_s=agent.command_timeout_s,
-                        deadline_s=agent.deadline_s, seed=seed, base_url=agent.base_url, grade=grade,
-                        policy_version=policy_version, run_id=container_label, prompt_dir=agent.prompt_dir,
-                        demo=agent.demo, demo_give_up=agent.demo_give_up, torch_threads=agent.torch_threads)
+    """The stage of one rollout: its wiring, and the sampler's settings as they are (engine, agent, sampling, sandboxes)."""
+    return RolloutStage(tasks=tasks, repos=repos, model=model, samples=samples, out=out, seed=seed, grade=grade,
+                        policy_version=policy_version, run_id=container_label, sampler=sampler.config())
 
 
 def run_chunks(stage: RolloutStage, chunk_size: int | None, timeout_s: float) -> dict[str, Any]:
@@ -50,7 +47,7 @@ def rollout(params: RolloutParams) -> dict[str, Any]:
     policy = resolve_policy(params.tracking, params.model)
     stage = rollout_stage(tasks=tasks, repos=repos, model=policy["path"], out=params.out, samples=params.samples,
                           seed=params.seed, policy_version=params.policy_version or policy["policy_version"],
-                          agent=params.agent, grade=params.grade)
-    result = run_chunks(stage, params.agent.chunk_size, params.agent.timeout_s)
+                          sampler=params.sampler, grade=params.grade)
+    result = run_chunks(stage, params.sampler.chunk_size, params.sampler.chunk_timeout_s)
     print(f"{result['produced']} new trajectories ({result['skipped']} already stored) in {result['store']}")
     return result

@@ -16,7 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from swerl.agent.actions import FormatError, parse_action
 from swerl.agent.chat_format import ChatFormat
@@ -47,6 +47,13 @@ class AgentConfig(BaseModel):
     collect_patch_on_exit: bool = Field(
         True, description="Record `git diff` also when the run ends without submit (SWE-agent's autosubmission)."
     )
+
+    @model_validator(mode="after")
+    def _reply_fits_the_context(self) -> AgentConfig:
+        if self.max_context is not None and self.max_new_tokens >= self.max_context:
+            raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be below max_context ({self.max_context}): a reply "
+                             "has to fit in the context beside its prompt; lower max_new_tokens or raise max_context")
+        return self
 
 
 def truncate_middle(text: str, limit: int) -> str:

@@ -8,42 +8,43 @@ from typing import Optional
 
 import typer
 
+from swerl.agent.loop import AgentConfig
 from swerl.cli import CaOpt, LogDirOpt, ReposOpt, SkipOpt, TasksOpt, _docker_ready, _fail, app, console
+from swerl.cli.options import field_option, validated
 from swerl.cli.progress import bar
+from swerl.inference.base import SamplingConfig
+from swerl.stages.rollout import RolloutStage, SamplerConfig
 
-EngineOpt = typer.Option("hf", "--engine", help="hf (transformers, default), vllm (in-process), openai (HTTP server), or scripted (replays gold patches).")
+EngineOpt = field_option(SamplerConfig, "engine", "--engine")
 ModelOpt = typer.Option(..., "--model", help="Model folder or hub name (for --engine openai: the served model name).")
 OutOpt = typer.Option(..., "--out", help="Run folder: trajectories/*.parquet, summary.json; a rerun resumes it.")
-# options `rollout` and `eval` share
-ConcurrencyOpt = typer.Option(4, "--concurrency", "-j", min=1, max=4096, help="Trajectories (sandboxes) at once.")
-MaxTurnsOpt = typer.Option(40, "--max-turns", min=1, max=1000, help="Replies per trajectory (T_max).")
-MaxContextOpt = typer.Option(None, "--max-context", min=64, help="Token budget per trajectory (default: the model's).")
-MaxNewTokensOpt = typer.Option(1024, "--max-new-tokens", min=1, help="Tokens per reply at most.")
-CommandTimeoutOpt = typer.Option(60.0, "--command-timeout", min=1, help="Seconds per sandbox command.")
-DeadlineOpt = typer.Option(1800.0, "--deadline", min=1, help="Wall-clock seconds per trajectory.")
-SeedOpt = typer.Option(0, "--seed", help="Base sampling seed.")
-BaseUrlOpt = typer.Option(None, "--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1.")
-TokenizerOpt = typer.Option(None, "--tokenizer", help="Tokenizer folder or name (default: --model).")
-PolicyVersionOpt = typer.Option("0", "--policy-version", help="Recorded on every trajectory.")
-PromptDirOpt = typer.Option(None, "--prompt-dir", help="Folder overriding the prompt templates (<name>.j2).")
-TorchThreadsOpt = typer.Option(None, "--torch-threads", min=1, help="Engine hf on CPU: torch threads of the decoding thread "
-                               "(default: torch's; 1 is fastest for a small model beside busy sandboxes).")
+# options `rollout` and `eval` share, each declared by the config field it sets
+ConcurrencyOpt = field_option(SamplerConfig, "concurrency", "--concurrency", "-j")
+MaxTurnsOpt = field_option(AgentConfig, "max_turns", "--max-turns")
+MaxContextOpt = field_option(AgentConfig, "max_context", "--max-context")
+MaxNewTokensOpt = field_option(AgentConfig, "max_new_tokens", "--max-new-tokens")
+CommandTimeoutOpt = field_option(AgentConfig, "command_timeout_s", "--command-timeout")
+DeadlineOpt = field_option(AgentConfig, "deadline_s", "--deadline")
+SeedOpt = field_option(RolloutStage, "seed", "--seed")
+BaseUrlOpt = field_option(SamplerConfig, "base_url", "--base-url")
+TokenizerOpt = field_option(RolloutStage, "tokenizer", "--tokenizer")
+PolicyVersionOpt = field_option(RolloutStage, "policy_version", "--policy-version")
+PromptDirOpt = field_option(AgentConfig, "prompt_dir", "--prompt-dir")
+TorchThreadsOpt = field_option(SamplerConfig, "torch_threads", "--torch-threads")
+TemperatureOpt = field_option(SamplingConfig, "temperature", "--temperature")
 
 
 def _stage(tasks: Path, model: str, engine: str, samples: int, out: Path, repos: Optional[Path], ca_cert: Optional[list[Path]],
-           concurrency: int, max_turns: int, max_context: Optional[int], max_new_tokens: int, command_timeout: float,
-           deadline: float, seed: Optional[int], base_url: Optional[str], tokenizer: Optional[str], grade: bool,
-           policy_version: str, skip_invalid: bool, log_dir: Path, prompt_dir: Optional[Path], torch_threads: Optional[int]):
-    from swerl.stages.rollout import RolloutStage
-
-    if engine not in ("hf", "vllm", "openai", "scripted"):
-        _fail(f"--engine {engine!r} is not one of hf, vllm, openai, scripted")
+           concurrency: int, agent: dict, seed: Optional[int], base_url: Optional[str], tokenizer: Optional[str], grade: bool,
+           policy_version: str, skip_invalid: bool, log_dir: Path, torch_threads: Optional[int], temperature: float):
+    """The stage the options describe; refused (exit 2) before Docker is touched when a setting or a rule is broken."""
+    sampler = validated(SamplerConfig, "rollout", engine=engine, base_url=base_url, torch_threads=torch_threads,
+                        concurrency=concurrency, agent=agent, sampling={"temperature": temperature})
+    stage = validated(RolloutStage, "rollout", tasks=tasks, repos=repos, ca_certs=ca_cert, model=model, samples=samples,
+                      out=out, seed=seed, tokenizer=tokenizer, grade=grade, policy_version=policy_version, log_dir=log_dir,
+                      skip_invalid=skip_invalid, sampler=sampler)
     _docker_ready()
-    return RolloutStage(tasks=tasks, repos=repos, ca_certs=ca_cert, model=model, engine=engine, samples=samples, out=out,
-                        concurrency=concurrency, max_turns=max_turns, max_context=max_context, max_new_tokens=max_new_tokens,
-                        command_timeout_s=command_timeout, deadline_s=deadline, seed=seed, base_url=base_url, tokenizer=tokenizer,
-                        grade=grade, policy_version=policy_version, log_dir=log_dir, prompt_dir=prompt_dir,
-                        skip_invalid=skip_invalid, torch_threads=torch_threads)
+    return stage
 
 
 def _run(stage, evaluate: bool):
@@ -100,11 +101,13 @@ def rollout_cmd(
     skip_invalid: bool = SkipOpt, log_dir: Path = LogDirOpt,
     prompt_dir: Optional[Path] = PromptDirOpt,
     torch_threads: Optional[int] = TorchThreadsOpt,
+    temperature: float = TemperatureOpt,
 ) -> None:
     """Roll the agent out on a task set: G samples per task, graded, appended to Parquet (resumable)."""
-    summary, _ = _run(_stage(tasks, model, engine, samples, out, repos, ca_cert, concurrency, max_turns, max_context, max_new_tokens,
-                             command_timeout, deadline, seed, base_url, tokenizer, grade, policy_version, skip_invalid, log_dir,
-                             prompt_dir, torch_threads), evaluate=False)
+    agent = dict(max_turns=max_turns, max_context=max_context, max_new_tokens=max_new_tokens, command_timeout_s=command_timeout,
+                 deadline_s=deadline, prompt_dir=prompt_dir)
+    summary, _ = _run(_stage(tasks, model, engine, samples, out, repos, ca_cert, concurrency, agent, seed, base_url, tokenizer,
+                             grade, policy_version, skip_invalid, log_dir, torch_threads, temperature), evaluate=False)
     raise typer.Exit(1 if summary.exit_reasons.get("error") else 0)
 
 
@@ -126,11 +129,13 @@ def eval_cmd(
     skip_invalid: bool = SkipOpt, log_dir: Path = LogDirOpt,
     prompt_dir: Optional[Path] = PromptDirOpt,
     torch_threads: Optional[int] = TorchThreadsOpt,
+    temperature: float = TemperatureOpt,
 ) -> None:
     """Pass@1 as the mean over k runs with its standard error, and unbiased Pass@k; writes eval.json."""
-    _, report = _run(_stage(tasks, model, engine, runs, out, repos, ca_cert, concurrency, max_turns, max_context, max_new_tokens,
-                            command_timeout, deadline, seed, base_url, tokenizer, True, policy_version, skip_invalid, log_dir,
-                            prompt_dir, torch_threads), evaluate=True)
+    agent = dict(max_turns=max_turns, max_context=max_context, max_new_tokens=max_new_tokens, command_timeout_s=command_timeout,
+                 deadline_s=deadline, prompt_dir=prompt_dir)
+    _, report = _run(_stage(tasks, model, engine, runs, out, repos, ca_cert, concurrency, agent, seed, base_url, tokenizer, True,
+                            policy_version, skip_invalid, log_dir, torch_threads, temperature), evaluate=True)
     ks = ", ".join(f"Pass@{k} {v:.1%}" for k, v in report.pass_at_k.items())
     print(f"Pass@1 = {report.pass_at_1:.1%} ± {report.pass_at_1_sem:.1%} (mean ± SEM over {runs} runs, {report.tasks} tasks); {ks}")
     if report.infra_failed:

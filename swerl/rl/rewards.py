@@ -53,6 +53,25 @@ class RewardConfig(BaseModel):
         return self
 
 
+def check_turn_window(max_turns: int, reward: RewardConfig) -> None:
+    """Refuse a length penalty that does not fit the agent's turn limit (ValueError naming the fields and the fix).
+
+    T_max is the turn budget: below ``max_turns`` a long success would score under 0 (R_length < -1 past T_max).
+    An L_thr at or above ``max_turns`` is a penalty no run can reach: R_length is 0 for every trajectory, which
+    the config must say (``length_penalty: false``) rather than hide.
+    """
+    if not reward.length_penalty:
+        return
+    if reward.t_max < max_turns:
+        raise ValueError(f"dapo.reward.t_max ({reward.t_max}) is below sampler.agent.max_turns ({max_turns}): past turn "
+                         f"{reward.t_max} R_length falls below -1 and a success scores under 0; set dapo.reward.t_max to "
+                         f"{max_turns} (the turn budget) or lower sampler.agent.max_turns")
+    if reward.l_thr >= max_turns:
+        raise ValueError(f"dapo.reward.l_thr ({reward.l_thr}) is not below sampler.agent.max_turns ({max_turns}): no run "
+                         "reaches the length penalty, so R_length is 0 for every trajectory; set dapo.reward.length_penalty "
+                         f"to false to say so, or lower dapo.reward.l_thr below {max_turns}")
+
+
 def turn_length_penalty(turns: int, l_thr: int, t_max: int) -> float:
     """R_length: 0 if ``turns < l_thr`` else ``(l_thr - turns) / (t_max - l_thr)``."""
     if turns < 0:

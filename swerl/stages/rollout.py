@@ -1,7 +1,8 @@
 """Stage: roll the agent out on a task set (resumable), and evaluation on top of it.
 
-A stage whose share of infrastructure-failed pairs (``Trajectory.infra_failed``) exceeds
-``max_infra_failure_rate`` raises ``InfraFailureRate`` (retryable) once it has stored what
+How a stage samples (engine, agent limits, sampling, sandboxes) is one ``SamplerConfig``, the same
+the CLI and the Prefect forms set. A stage whose share of infrastructure-failed pairs
+(``Trajectory.infra_failed``) exceeds ``sampler.max_infra_failure_rate`` raises ``InfraFailureRate`` (retryable) once it has stored what
 it finished; its rerun redoes only the failed pairs. Below the bound the stage completes,
 and evaluation leaves the failed pairs out of every figure and lists them apart.
 """
@@ -13,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from swerl.agent.loop import AgentConfig
 from swerl.agent.trajectory import Trajectory
 from swerl.data.task import Task
 from swerl.envs.factory import SandboxConfig, environment_kind
@@ -27,40 +29,26 @@ from swerl.stages.errors import InfraFailureRate, StageInputError
 from swerl.stages.images import ImagesStage, build_outcomes, image_config, load_task_file
 
 
-class RolloutStage(BaseModel):
-    """One rollout: which tasks, which policy, how many samples, the agent's limits, where to."""
+class SamplerConfig(BaseModel):
+    """How a policy is sampled, whatever the tasks: the engine that serves it, the agent it drives, the
+    sandboxes it acts in. One declaration for the CLI, the stages and the Prefect forms."""
 
     model_config = ConfigDict(extra="forbid")
 
-    tasks: Path = Field(description="Task file.")
-    repos: Path | None = Field(None, description="Mirror folder holding repositories as <owner>__<name>.")
-    ca_certs: list[Path] | None = Field(None, description="Extra CA certificates (PEM) for image builds.")
-    model: str = Field(description="Policy: a model folder, a hub name, or (engine openai) the served model name.")
-    engine: EngineKind = Field("hf", description="hf (transformers), vllm (in-process), openai (HTTP), scripted (gold patches).")
-    samples: int = Field(1, ge=1, le=1024, description="Trajectories per task (G; for evaluation, the runs k).")
-    out: Path = Field(description="Run folder: trajectories/*.parquet, summary.json; a rerun resumes it.")
-    concurrency: int = Field(4, ge=1, le=4096, description="Trajectories (sandboxes) at once.")
-    max_turns: int = Field(40, ge=1, le=1000, description="Replies per trajectory (T_max).")
-    max_context: int | None = Field(None, ge=64, description="Token budget per trajectory (default: the model's).")
-    max_new_tokens: int = Field(1024, ge=1, description="Tokens per reply at most.")
-    command_timeout_s: float = Field(60.0, ge=1, description="Seconds per sandbox command.")
-    deadline_s: float = Field(1800.0, ge=1, description="Wall-clock seconds per trajectory.")
-    seed: int | None = Field(0, description="Base sampling seed; None: unseeded.")
+    engine: EngineKind = Field("hf", description="hf (transformers), vllm (in-process), openai (HTTP server), scripted "
+                               "(replays gold patches).")
+    base_url: str | None = Field(None, description="OpenAI-compatible server for engine openai, e.g. http://127.0.0.1:8000/v1.")
     torch_threads: int | None = Field(None, ge=1, le=1024, description="Engine hf on CPU: torch threads of its decoding "
                                       "thread (None: torch's default; 1 is fastest for a small model beside busy sandboxes).")
-    base_url: str | None = Field(None, description="OpenAI-compatible server for engine openai.")
-    tokenizer: str | None = Field(None, description="Tokenizer folder or name (default: model).")
-    grade: bool = Field(True, description="Grade every trajectory in a fresh sandbox.")
-    policy_version: str = Field("0", description="Recorded on every trajectory; training refuses other versions.")
-    log_dir: Path = Field(Path(".swerl/logs"), description="Build and grading logs.")
-    prompt_dir: Path | None = Field(None, description="Folder overriding the prompt templates (<name>.j2).")
-    demo: Literal["edit", "replace"] = Field("edit", description="Engine scripted: `edit` explores then edits the patch's lines; "
-                                             "`replace` opens the file, replaces the smallest unique span, submits.")
-    demo_give_up: float = Field(0.0, ge=0.0, le=1.0, description="Demo `replace`: the fraction of trajectories that "
-                                "submit right after `open`, unfixed (a noisy demonstrator; see ReplaceDemonstrator).")
-    skip_invalid: bool = Field(False, description="Load the valid task records and skip the invalid ones.")
-    run_id: str | None = Field(None, description="Labels this run's containers (reaping, cancellation); default: random.")
-    instance_ids: list[str] | None = Field(None, description="Only these tasks of the file (a chunk); None: all.")
+    demo: Literal["edit", "replace"] = Field("edit", description="Engine scripted: `edit` explores then edits the gold patch's "
+                                             "lines; `replace` opens the file, replaces the smallest unique span, submits.")
+    demo_give_up: float = Field(0.0, ge=0.0, le=1.0, description="Demo `replace`: the fraction of trajectories that submit "
+                                "right after `open`, unfixed (a noisy demonstrator: the policy it teaches often stops short).")
+    concurrency: int = Field(4, ge=1, le=4096, description="Trajectories (sandboxes) at once.")
+    agent: AgentConfig = Field(default_factory=AgentConfig, description="The agent's limits (turns, context, reply length, "
+                               "timeouts) and prompts.")
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="How tokens are drawn (the defaults are "
+                                     "the unbiased training settings); its max_new_tokens is agent.max_new_tokens.")
     sandbox: SandboxConfig = Field(
         default_factory=agent_sandbox,
         description="The agent's sandboxes: docker (default; images built from the tasks), local (each task's "
@@ -71,6 +59,40 @@ class RolloutStage(BaseModel):
         description="Most share of the stage's (task, sample) pairs that may fail for infrastructure (the sandbox "
         "never started, or grading's sandbox failed); above it the stage raises InfraFailureRate (retryable), and "
         "its rerun redoes only those pairs. 0: any such failure fails the stage.")
+
+    @model_validator(mode="after")
+    def _one_reply_cap(self) -> SamplerConfig:
+        if "max_new_tokens" in self.sampling.model_fields_set and self.sampling.max_new_tokens != self.agent.max_new_tokens:
+            raise ValueError(f"sampling.max_new_tokens ({self.sampling.max_new_tokens}) differs from agent.max_new_tokens "
+                             f"({self.agent.max_new_tokens}): the reply cap is agent.max_new_tokens; set that and leave "
+                             "sampling.max_new_tokens unset")
+        return self
+
+    def engine_sampling(self) -> SamplingConfig:
+        """The engine's sampling settings, with the agent's reply cap."""
+        return self.sampling.model_copy(update={"max_new_tokens": self.agent.max_new_tokens})
+
+
+class RolloutStage(BaseModel):
+    """One rollout: which tasks, which policy, how many samples, where to; how it samples is ``sampler``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: Path = Field(description="Task file (.jsonl, .json, .parquet or a saved dataset folder).")
+    repos: Path | None = Field(None, description="Mirror folder holding repositories as <owner>__<name>.")
+    ca_certs: list[Path] | None = Field(None, description="Extra CA certificates (PEM) for image builds.")
+    model: str = Field(description="Policy: a model folder, a hub name, or (engine openai) the served model name.")
+    tokenizer: str | None = Field(None, description="Tokenizer folder or name (default: model).")
+    samples: int = Field(1, ge=1, le=1024, description="Trajectories per task (G; for evaluation, the runs k).")
+    out: Path = Field(description="Run folder: trajectories/*.parquet, summary.json; a rerun resumes it.")
+    seed: int | None = Field(0, description="Base sampling seed; None: unseeded.")
+    grade: bool = Field(True, description="Grade every trajectory in a fresh sandbox.")
+    policy_version: str = Field("0", description="Recorded on every trajectory; training refuses other versions.")
+    log_dir: Path = Field(Path(".swerl/logs"), description="Build and grading logs.")
+    skip_invalid: bool = Field(False, description="Load the valid task records and skip the invalid ones.")
+    run_id: str | None = Field(None, description="Labels this run's containers (reaping, cancellation); default: random.")
+    instance_ids: list[str] | None = Field(None, description="Only these tasks of the file (a chunk); None: all.")
+    sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="Engine, agent, sampling and sandboxes.")
 
 
 class RolloutResult(BaseModel):
@@ -100,7 +122,6 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
     ``on_start(n)`` is called with the number of trajectories this call will produce.
     """
     from swerl.agent.chat_format import ChatFormat, ChatTemplateError
-    from swerl.agent.loop import AgentConfig
     from swerl.grading.grader import GradingConfig
     from swerl.inference.base import EngineError
     from swerl.inference.factory import load_tokenizer, make_engine
@@ -108,6 +129,7 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
     from swerl.rollout.runner import RolloutConfig, rollout
 
     tasks = stage_tasks(stage)
+    sampler = stage.sampler
     try:
         tok = load_tokenizer(stage.tokenizer or stage.model)
         chat = ChatFormat(tok)
@@ -126,11 +148,9 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
     except EngineError as e:
         raise StageInputError(str(e)) from e
     config = RolloutConfig(
-        samples=stage.samples, concurrency=stage.concurrency, seed=stage.seed, grade=stage.grade, model_name=stage.model,
-        agent=AgentConfig(max_turns=stage.max_turns, max_context=stage.max_context, max_new_tokens=stage.max_new_tokens,
-                          command_timeout_s=stage.command_timeout_s, deadline_s=stage.deadline_s, prompt_dir=stage.prompt_dir),
-        grading=GradingConfig(log_dir=stage.log_dir / "grading"),
-        sandbox=stage.sandbox.model_copy(deep=True),  # labelled below; the stage's own config stays as given
+        samples=stage.samples, concurrency=sampler.concurrency, seed=stage.seed, grade=stage.grade, model_name=stage.model,
+        agent=sampler.agent, grading=GradingConfig(log_dir=stage.log_dir / "grading"),
+        sandbox=sampler.sandbox.model_copy(deep=True),  # labelled below; the stage's own config stays as given
     )
     if stage.run_id:
         config.sandbox.run_id = stage.run_id
@@ -141,7 +161,7 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
         engine.close()
     stage.out.mkdir(parents=True, exist_ok=True)
     (stage.out / "summary.json").write_text(summary.model_dump_json(indent=2))
-    check_infra_failures(TrajectoryStore(store_dir), tasks, stage.samples, stage.max_infra_failure_rate)
+    check_infra_failures(TrajectoryStore(store_dir), tasks, stage.samples, sampler.max_infra_failure_rate)
     return RolloutResult(summary=summary, store=store_dir, tasks=[t.instance_id for t in tasks])
 
 
@@ -150,33 +170,37 @@ def engine_config(stage: RolloutStage) -> EngineConfig:
     try:
         return _engine_config(stage)
     except ValidationError as e:
-        raise StageInputError(f"the stage's {stage.engine} engine settings are invalid: {e}") from e
+        raise StageInputError(f"the stage's {stage.sampler.engine} engine settings are invalid: {e}") from e
 
 
 def _engine_config(stage: RolloutStage) -> EngineConfig:
-    if stage.engine == "hf":
-        return HFEngineConfig(model=stage.model, max_context=stage.max_context, torch_threads=stage.torch_threads)
-    if stage.engine == "vllm":
-        return VLLMEngineConfig(model=stage.model, max_model_len=stage.max_context)
-    if stage.engine == "openai":
-        if not stage.base_url:
+    sampler = stage.sampler
+    max_context = sampler.agent.max_context
+    if sampler.engine == "hf":
+        return HFEngineConfig(model=stage.model, max_context=max_context, torch_threads=sampler.torch_threads)
+    if sampler.engine == "vllm":
+        return VLLMEngineConfig(model=stage.model, max_model_len=max_context)
+    if sampler.engine == "openai":
+        if not sampler.base_url:
             raise StageInputError("engine openai needs base_url (--base-url), e.g. http://127.0.0.1:8000/v1")
-        return OpenAIEngineConfig(base_url=stage.base_url, model=stage.model, max_context=stage.max_context)
-    scripted = ScriptedEngineConfig(demo=stage.demo, give_up=stage.demo_give_up)
-    return scripted.model_copy(update={"max_context": stage.max_context}) if stage.max_context else scripted
+        return OpenAIEngineConfig(base_url=sampler.base_url, model=stage.model, max_context=max_context)
+    scripted = ScriptedEngineConfig(demo=sampler.demo, give_up=sampler.demo_give_up)
+    return scripted.model_copy(update={"max_context": max_context}) if max_context else scripted
 
 
 def stage_sampling(stage: RolloutStage) -> SamplingConfig:
-    """How the stage's engine draws tokens: the unbiased training settings, capped and seeded as the stage says."""
-    return SamplingConfig(max_new_tokens=stage.max_new_tokens, seed=stage.seed)
+    """How the stage's engine draws tokens: the sampler's settings with the agent's reply cap, seeded by the
+    stage unless the sampler names its own seed."""
+    sampling = stage.sampler.engine_sampling()
+    return sampling if sampling.seed is not None else sampling.model_copy(update={"seed": stage.seed})
 
 
 def _environments(stage: RolloutStage, tasks: list[Task], on_build: Callable[[object], None] | None) -> dict[str, str]:
     """instance_id -> what its sandbox starts from: a built image, or (local sandboxes) the repository mirror.
     A task left out gets an ``error`` trajectory that says why."""
-    if environment_kind(stage.sandbox) == "image":
+    if environment_kind(stage.sampler.sandbox) == "image":
         images_cfg = ImagesStage(tasks=stage.tasks, repos=stage.repos, ca_certs=stage.ca_certs,
-                                 concurrency=min(stage.concurrency, 64), log_dir=stage.log_dir)
+                                 concurrency=min(stage.sampler.concurrency, 64), log_dir=stage.log_dir)
         outcomes = build_outcomes(tasks, image_config(images_cfg), on_build)
         return {iid: o.image for iid, o in outcomes.items() if o.image and not o.error}
     from swerl.envs.repos import MirrorRepoSource, RepoNotFoundError

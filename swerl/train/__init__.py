@@ -11,7 +11,7 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-from swerl.train.base import ResumeState, TrainBatch, Trainer, TrainerConfig
+from swerl.train.base import LossConfig, OptimizerConfig, ResumeState, TrainBatch, Trainer, TrainerConfig, TrainerSettings
 from swerl.train.checkpoint import latest_checkpoint, step_dir
 
 
@@ -38,4 +38,4 @@ def make_trainer(model_dir: str | Path, config: TrainerConfig | None = None) -> 
     return BACKENDS[config.backend](model_dir, config)
 
 
-__all__ = ["BACKENDS", "ResumeState", "TrainBatch", "Trainer", "TrainerConfig", "latest_checkpoint", "make_trainer", "step_dir"]
+__all__ = ["BACKENDS", "LossConfig", "OptimizerConfig", "ResumeState", "TrainBatch", "Trainer", "TrainerConfig", "TrainerSettings", "latest_checkpoint", "make_trainer", "step_dir"]

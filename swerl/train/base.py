@@ -17,44 +17,74 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
-class TrainerConfig(BaseModel):
-    """How the policy is optimised. Defaults are the paper's DAPO settings (no KL term, no critic)."""
+class OptimizerConfig(BaseModel):
+    """AdamW and its learning-rate schedule. Defaults are the paper's DAPO settings; RFT's are a preset
+    (``swerl.stages.train.RFT_TRAIN``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: Literal["torch", "deepspeed"] = Field("torch", description="'torch': one process; 'deepspeed': ZeRO data parallelism over every launched process.")
-    objective: Literal["dapo", "sft"] = Field(
-        "dapo", description="'dapo': the clipped policy-gradient loss on advantages; 'sft': minus the mean log-prob of the action tokens (rejection fine-tuning).")
     lr: float = Field(1e-6, gt=0, le=1, description="Peak AdamW learning rate (paper: 1e-6 for DAPO, 5e-6 for RFT).")
+    lr_schedule: Literal["constant", "cosine", "linear"] = Field(
+        "constant", description="After warm-up: hold the peak ('constant'), or decay to 0 at the run's last step ('cosine', 'linear'; RFT uses cosine).")
+    warmup_steps: int = Field(0, ge=0, description="Optimiser steps of linear warm-up from lr / (warmup_steps + 1) to lr "
+                              "(a training stage caps it below the run's step count).")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW (beta1, beta2), each in [0, 1).")
     adam_eps: float = Field(1e-8, gt=0, le=1e-2, description="AdamW epsilon added to sqrt(v).")
     weight_decay: float = Field(0.1, ge=0, le=1, description="Decoupled weight decay, applied to matrices only (not to norms or biases).")
     grad_clip: float = Field(1.0, ge=0, description="Clip the global gradient norm to this; 0 disables clipping.")
-    lr_schedule: Literal["constant", "cosine", "linear"] = Field(
-        "constant", description="After warm-up: hold the peak ('constant'), or decay to 0 at total_steps ('cosine', 'linear'; RFT uses cosine).")
-    warmup_steps: int = Field(0, ge=0, description="Optimiser steps of linear warm-up from lr / (warmup_steps + 1) to lr.")
-    total_steps: int | None = Field(None, ge=1, description="Optimiser steps of the whole run; required by the decaying schedules.")
+
+    @model_validator(mode="after")
+    def _betas(self) -> OptimizerConfig:
+        if not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"betas must each be in [0, 1), got {self.betas}")
+        return self
+
+
+class LossConfig(BaseModel):
+    """The policy loss: DAPO's clip range (clip-higher) and how per-token terms are aggregated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     eps_low: float = Field(0.2, ge=0, lt=1, description="DAPO lower clip: the ratio is clipped at 1 - eps_low.")
     eps_high: float = Field(0.3, ge=0, le=10, description="DAPO upper clip (clip-higher): the ratio is clipped at 1 + eps_high (0.26 in stage 2).")
     loss_aggregation: Literal["token", "sequence"] = Field(
-        "token", description="'token': sum over the step's action tokens / their count (the paper); 'sequence': mean per sequence, then over sequences.")
+        "token", description="'token': sum over the step's action tokens / their count (DAPO, the paper); 'sequence': mean per "
+        "sequence, then over sequences (GRPO).")
+
+
+class TrainerSettings(BaseModel):
+    """What a user chooses about the trainer: backend, device, memory, optimiser."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: Literal["torch", "deepspeed"] = Field("torch", description="'torch': one process; 'deepspeed': ZeRO data parallelism over every launched process.")
+    device: str = Field("auto", description="Torch backend: 'cpu', 'cuda', 'cuda:N', or 'auto' (the first GPU if any, else CPU). DeepSpeed ignores it: each process takes its local rank's GPU, or the CPU.")
+    zero_stage: Literal[1, 2, 3] = Field(3, description="DeepSpeed ZeRO stage (deepspeed backend only): 3 partitions weights, gradients and optimiser state.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="Compute dtype: 'auto' is float32 on CPU and bfloat16 on GPU. Master weights and optimiser state stay float32.")
     max_tokens_per_microbatch: int = Field(16384, ge=1, description="Padded tokens (sequences x longest) per forward pass; must hold the longest sequence.")
     logprob_chunk_size: int = Field(1024, ge=1, le=1_000_000, description="Positions whose vocabulary logits exist at once in the chunked log-prob head.")
     gradient_checkpointing: bool = Field(False, description="Recompute decoder activations in backward (activation memory ~ one layer).")
-    dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="Compute dtype: 'auto' is float32 on CPU and bfloat16 on GPU. Master weights and optimiser state stay float32.")
-    device: str = Field("auto", description="Torch backend: 'cpu', 'cuda', 'cuda:N', or 'auto' (the first GPU if any, else CPU). DeepSpeed ignores it: each process takes its local rank's GPU, or the CPU.")
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="AdamW and its learning-rate schedule.")
+
+
+class TrainerConfig(TrainerSettings):
+    """How the policy is optimised: the user's settings plus what a run derives (objective, step count, seed).
+    Defaults are the paper's DAPO settings (no KL term, no critic)."""
+
+    objective: Literal["dapo", "sft"] = Field(
+        "dapo", description="'dapo': the clipped policy-gradient loss on advantages; 'sft': minus the mean log-prob of the action tokens (rejection fine-tuning).")
+    loss: LossConfig = Field(default_factory=LossConfig, description="Clip range (dapo) and token aggregation (both objectives).")
+    total_steps: int | None = Field(None, ge=1, description="Optimiser steps of the whole run; required by the decaying schedules.")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Seeds python, numpy and torch when the trainer starts.")
-    zero_stage: Literal[1, 2, 3] = Field(3, description="DeepSpeed ZeRO stage (deepspeed backend only): 3 partitions weights, gradients and optimiser state.")
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainerConfig:
-        if not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"betas must each be in [0, 1), got {self.betas}")
-        if self.lr_schedule != "constant" and self.total_steps is None:
-            raise ValueError(f"lr_schedule={self.lr_schedule!r} decays to 0 at total_steps; set total_steps")
-        if self.total_steps is not None and self.warmup_steps >= self.total_steps:
-            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be below total_steps ({self.total_steps})")
+        schedule, warmup = self.optimizer.lr_schedule, self.optimizer.warmup_steps
+        if schedule != "constant" and self.total_steps is None:
+            raise ValueError(f"lr_schedule={schedule!r} decays to 0 at total_steps; set total_steps")
+        if self.total_steps is not None and warmup >= self.total_steps:
+            raise ValueError(f"warmup_steps ({warmup}) must be below total_steps ({self.total_steps})")
         return self
 
 

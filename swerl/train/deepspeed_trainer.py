@@ -46,7 +46,7 @@ def deepspeed_config(cfg: TrainerConfig, dtype: torch.dtype) -> dict[str, Any]:
         "train_micro_batch_size_per_gpu": 1,  # bookkeeping only: micro-batches are packed by tokens, not counted
         "gradient_accumulation_steps": 1,
         "managed_gradient_accumulation": False,  # engine.step() is the boundary, whatever the micro-batch count
-        "gradient_clipping": cfg.grad_clip,
+        "gradient_clipping": cfg.optimizer.grad_clip,
         "zero_optimization": zero,
         "zero_allow_untested_optimizer": True,  # torch AdamW: the torch backend's exact update
         "bf16": {"enabled": dtype == torch.bfloat16},
@@ -113,8 +113,8 @@ class DeepSpeedTrainer:
         model = ActionLogprobModel(self.policy, cfg.logprob_chunk_size)
         if self._zero3:  # the chunked head reads the head's weight outside the head's forward
             deepspeed.zero.register_external_parameter(model, self.policy.get_output_embeddings().weight)
-        optimizer = torch.optim.AdamW(param_groups(self.policy, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas,
-                                      eps=cfg.adam_eps)
+        opt = cfg.optimizer
+        optimizer = torch.optim.AdamW(param_groups(self.policy, opt.weight_decay), lr=opt.lr, betas=opt.betas, eps=opt.adam_eps)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config)
         self.step = 0
 

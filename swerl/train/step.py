@@ -39,14 +39,15 @@ def learning_rate(step: int, cfg: TrainerConfig) -> float:
     Warm-up of 2 steps at lr 1e-6: 3.3e-7, 6.7e-7, then 1e-6. Cosine over total_steps 12 with
     2 warm-up steps: step 2 -> 1e-6, step 7 -> 5e-7, step 12 -> 0.
     """
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / (cfg.warmup_steps + 1)
-    if cfg.lr_schedule == "constant":
-        return cfg.lr
-    progress = min(1.0, (step - cfg.warmup_steps) / (cfg.total_steps - cfg.warmup_steps))
-    if cfg.lr_schedule == "cosine":
-        return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
-    return cfg.lr * (1.0 - progress)
+    opt = cfg.optimizer
+    if step < opt.warmup_steps:
+        return opt.lr * (step + 1) / (opt.warmup_steps + 1)
+    if opt.lr_schedule == "constant":
+        return opt.lr
+    progress = min(1.0, (step - opt.warmup_steps) / (cfg.total_steps - opt.warmup_steps))
+    if opt.lr_schedule == "cosine":
+        return opt.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return opt.lr * (1.0 - progress)
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -106,15 +107,15 @@ def sft_loss(logprobs: torch.Tensor, action_mask: torch.Tensor, aggregation: str
 def _dapo(lp, ent, mb: dict, cfg: TrainerConfig, norm_tokens: int, norm_sequences: int):
     if "old_logprobs" not in mb or "advantages" not in mb:
         raise ValueError("the dapo objective needs old_logprobs and advantages in the TrainBatch")
-    token = cfg.loss_aggregation == "token"
-    return dapo_loss(lp, mb["old_logprobs"], mb["advantages"], mb["action_mask"], cfg.eps_low, cfg.eps_high,
-                     norm_tokens=norm_tokens if token else None, aggregation=cfg.loss_aggregation,
+    token = cfg.loss.loss_aggregation == "token"
+    return dapo_loss(lp, mb["old_logprobs"], mb["advantages"], mb["action_mask"], cfg.loss.eps_low, cfg.loss.eps_high,
+                     norm_tokens=norm_tokens if token else None, aggregation=cfg.loss.loss_aggregation,
                      entropy=ent.detach(), norm_sequences=None if token else norm_sequences)
 
 
 def _sft(lp, ent, mb: dict, cfg: TrainerConfig, norm_tokens: int, norm_sequences: int):
     mask = mb["action_mask"].bool()
-    loss = sft_loss(lp, mask, cfg.loss_aggregation, norm_tokens, norm_sequences)
+    loss = sft_loss(lp, mask, cfg.loss.loss_aggregation, norm_tokens, norm_sequences)
     return loss, {"action_tokens": mask.sum(), "entropy": masked_mean(ent.detach(), mask)}
 
 

@@ -41,8 +41,9 @@ class TorchTrainer:
             self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.policy.train()
         self.model = ActionLogprobModel(self.policy, self.config.logprob_chunk_size)
-        self.optimizer = torch.optim.AdamW(param_groups(self.policy, self.config.weight_decay), lr=self.config.lr,
-                                           betas=self.config.betas, eps=self.config.adam_eps)
+        opt = self.config.optimizer
+        self.optimizer = torch.optim.AdamW(param_groups(self.policy, opt.weight_decay), lr=opt.lr, betas=opt.betas,
+                                           eps=opt.adam_eps)
         self.step = 0
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
@@ -55,7 +56,7 @@ class TorchTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         sums = accumulate_gradients(self.model, batch, plan_step(batch, cfg), cfg, torch.Tensor.backward,
                                     self.device, self.autocast_dtype)
-        grad_norm = clip_grad_norm(self.policy.parameters(), cfg.grad_clip)
+        grad_norm = clip_grad_norm(self.policy.parameters(), cfg.optimizer.grad_clip)
         self.optimizer.step()
         self.step += 1
         return finish_metrics(sums, grad_norm, lr, time.perf_counter() - start) | {"step": float(self.step)}

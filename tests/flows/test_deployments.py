@@ -108,7 +108,7 @@ def test_a_run_request_with_parameters_completes_on_the_worker(stack, deployed, 
     api = stack["PREFECT_API_URL"]
     params = {"params": {"model": str(tiny_model_dir), "tasks": str(task_slice), "repos": str(demo.repos_dir),
                          "out": str(tmp_path / "evals"), "runs": 1,
-                         "agent": {"engine": "hf", "max_turns": 2, "max_new_tokens": 16, "concurrency": 3}}}
+                         "sampler": {"engine": "hf", "concurrency": 3, "agent": {"max_turns": 2, "max_new_tokens": 16}}}}
     # what the UI's "Custom run" sends
     run = _api("POST", f"{api}/deployments/{deployed['evaluate']['id']}/create_flow_run",
                json={"parameters": params, "state": {"type": "SCHEDULED"}})
@@ -155,7 +155,7 @@ def test_cancelling_a_pipeline_run_removes_its_sandboxes_and_processes(stack, de
     name = "cancel-me"
     params = {"params": {"name": name, "run_root": str(tmp_path / "runs"), "tasks": str(task_slice), "repos": str(demo.repos_dir),
                          "validate_runs": 0, "eval": {"runs": 4},
-                         "agent": {"engine": "hf", "max_turns": 40, "max_new_tokens": 64, "concurrency": 3}}}
+                         "sampler": {"engine": "hf", "concurrency": 3, "agent": {"max_turns": 40, "max_new_tokens": 64}}}}
     run = _api("POST", f"{api}/deployments/{deployed['pipeline']['id']}/create_flow_run",
                json={"parameters": params, "state": {"type": "SCHEDULED"}})
     assert run.status_code == 201, run.text

@@ -22,7 +22,7 @@ CONTEXT = "mlflow.data.context"
 @pytest.fixture(scope="module")
 def pipeline_run(prefect_api, docker_ready, demo, task_slice, tiny_model_dir, tmp_path_factory):
     from flows.pipeline import pipeline
-    from swerl.orchestration.params import (AgentParams, DAPOParams, EvalParams, PipelineParams, RFTParams, TrackingParams,
+    from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingParams,
                                             TrainParams)
 
     tmp = tmp_path_factory.mktemp("lineage")
@@ -31,10 +31,11 @@ def pipeline_run(prefect_api, docker_ready, demo, task_slice, tiny_model_dir, tm
     rewards.write_text("".join(json.dumps({"trajectory_id": f"{i}/{s}", "reward": float(s == 0)}) + "\n" for i in ids for s in (0, 1)))
     params = PipelineParams(
         name=NAME, run_root=tmp / "runs", tasks=task_slice, repos=demo.repos_dir, model=str(tiny_model_dir), validate_runs=0,
-        seed=3, agent=AgentParams(engine="hf", max_turns=2, max_new_tokens=16, concurrency=3),
-        rft=RFTParams(agent=AgentParams(engine="scripted", max_turns=20, concurrency=3), samples=1,
-                      train=TrainParams(epochs=1, lr=1e-3, batch_size=3, warmup_steps=0)),
-        dapo=DAPOParams(iterations=1, samples=2, rewards_file=rewards, train=TrainParams(lr=1e-4, batch_size=6, lr_schedule="constant")),
+        seed=3, sampler=SamplerParams(engine="hf", concurrency=3, agent={"max_turns": 2, "max_new_tokens": 16}),
+        rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=3, agent={"max_turns": 20}), samples=1,
+                      train=TrainParams(epochs=1, batch_size=3, optimizer={"lr": 1e-3, "warmup_steps": 0, "lr_schedule": "cosine"})),
+        dapo=DAPOParams(iterations=1, samples=2, rewards_file=rewards, reward={"length_penalty": False},
+                        train=TrainParams(batch_size=6, optimizer={"lr": 1e-4, "lr_schedule": "constant"})),
         eval=EvalParams(runs=1),
         tracking=TrackingParams(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment=NAME),
     )

@@ -34,7 +34,7 @@ CHILD_RUNS = ["eval-start", "rft", "eval-rft", "iter-1", "eval-iter-1", "iter-2"
 
 
 def _params(tmp: Path, tasks: Path, repos: Path):
-    from swerl.orchestration.params import (AgentParams, DAPOParams, EvalParams, PipelineParams, RFTParams, TrackingParams,
+    from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingParams,
                                             TrainParams)
 
     rewards = tmp / "external-rewards.jsonl"
@@ -42,11 +42,11 @@ def _params(tmp: Path, tasks: Path, repos: Path):
     rewards.write_text("".join(json.dumps({"trajectory_id": f"{i}/{s}", "reward": float(s == 0)}) + "\n" for i in ids for s in (0, 1)))
     return PipelineParams(
         name=NAME, run_root=tmp / "runs", tasks=tasks, repos=repos, validate_runs=1, seed=3,
-        agent=AgentParams(engine="hf", max_turns=3, max_new_tokens=24, concurrency=3),
-        rft=RFTParams(agent=AgentParams(engine="scripted", max_turns=20, concurrency=3), samples=1,
-                      train=TrainParams(epochs=1, lr=1e-3, batch_size=3, warmup_steps=0)),
-        dapo=DAPOParams(iterations=2, samples=2, rewards_file=rewards,
-                        train=TrainParams(lr=1e-4, batch_size=6, lr_schedule="constant")),
+        sampler=SamplerParams(engine="hf", concurrency=3, agent={"max_turns": 3, "max_new_tokens": 24}),
+        rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=3, agent={"max_turns": 20}), samples=1,
+                      train=TrainParams(epochs=1, batch_size=3, optimizer={"lr": 1e-3, "warmup_steps": 0, "lr_schedule": "cosine"})),
+        dapo=DAPOParams(iterations=2, samples=2, rewards_file=rewards, reward={"length_penalty": False},
+                        train=TrainParams(batch_size=6, optimizer={"lr": 1e-4, "lr_schedule": "constant"})),
         eval=EvalParams(runs=2),
         tracking=TrackingParams(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment="e2e"),
     )
@@ -260,13 +260,14 @@ def test_the_run_summary_says_what_each_stage_did(e2e):
 
 def test_a_standalone_evaluation_of_the_champion_gets_a_run_of_its_own(e2e, mlflow_client, demo, task_slice, tmp_path):
     from flows.evaluate import evaluate
-    from swerl.orchestration.params import AgentParams, EvaluateParams
+    from swerl.orchestration.params import EvaluateParams, SamplerParams
 
     params = e2e["params"]
     name = params.tracking.registered_model
     champion = mlflow_client.get_model_version_by_alias(name, "champion")
     request = EvaluateParams(model="champion", tasks=task_slice, repos=demo.repos_dir, out=tmp_path, runs=1,
-                             agent=AgentParams(engine="hf", max_turns=2, max_new_tokens=16, concurrency=3), tracking=params.tracking)
+                             sampler=SamplerParams(engine="hf", concurrency=3, agent={"max_turns": 2, "max_new_tokens": 16}),
+                             tracking=params.tracking)
     first, second = evaluate(request), evaluate(request)
     assert first["checkpoint"] == champion.tags["swerl.checkpoint_path"]
     assert first["run_id"] != second["run_id"]  # a nightly evaluation never lands in yesterday's run

@@ -30,11 +30,11 @@ def test_build_images_validates_once_and_a_rerun_is_a_cache_hit(prefect_api, doc
 def test_rollout_flow_stores_graded_trajectories_and_resumes(prefect_api, docker_ready, demo, task_slice, tiny_model_dir,
                                                              tmp_path):
     from flows.rollout import rollout
-    from swerl.orchestration.params import AgentParams, RolloutParams, TrackingParams
+    from swerl.orchestration.params import RolloutParams, SamplerParams, TrackingParams
     from swerl.stages.rollout import stored_trajectories
 
     params = RolloutParams(model=str(tiny_model_dir), tasks=task_slice, repos=demo.repos_dir, out=tmp_path / "roll", samples=2,
-                           agent=AgentParams(engine="scripted", max_turns=20, concurrency=3, chunk_size=2),
+                           sampler=SamplerParams(engine="scripted", agent={"max_turns": 20}, concurrency=3, chunk_size=2),
                            tracking=TrackingParams(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
     first = rollout(params)
     assert (first["produced"], first["skipped"]) == (6, 0)  # two chunks: 2 tasks and 1 task, 2 samples each
@@ -48,13 +48,13 @@ def test_chunked_rollout_keeps_to_the_stage_s_own_tasks(prefect_api, docker_read
     from prefect import flow
 
     from flows.rollout import rollout_stage, run_chunks
-    from swerl.orchestration.params import AgentParams
+    from swerl.orchestration.params import SamplerParams
     from swerl.stages.rollout import stored_trajectories
 
     ids = [json.loads(line)["instance_id"] for line in task_slice.read_text().splitlines()]
     stage = rollout_stage(tasks=task_slice, repos=demo.repos_dir, model=str(tiny_model_dir), out=tmp_path / "roll",
                           samples=1, seed=0, policy_version="p0",
-                          agent=AgentParams(engine="scripted", max_turns=20, concurrency=2))
+                          sampler=SamplerParams(engine="scripted", agent={"max_turns": 20}, concurrency=2))
     subset = stage.model_copy(update={"instance_ids": [ids[0], ids[2]]})
     out = flow(name="chunks-of-a-subset")(lambda: run_chunks(subset, chunk_size=1, timeout_s=600))()
     assert (out["produced"], out["skipped"]) == (2, 0)  # two chunks of one task each, not three

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from swerl.curriculum import SPLITS, CurriculumConfig, generate_curriculum
+from swerl.agent.loop import AgentConfig
 from swerl.data.loaders import load_tasks
 from swerl.envs.images import ImageBuilder, ImageConfig
 from swerl.grading.validate import ValidationConfig, validate_tasks
-from swerl.stages.rollout import RolloutStage, run_rollout, stored_trajectories
+from swerl.stages.rollout import RolloutStage, SamplerConfig, run_rollout, stored_trajectories
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -55,8 +56,8 @@ def test_every_generated_task_is_valid_gold_resolves_and_empty_does_not(small_cu
 def test_a_scripted_rollout_resolves_every_task_in_under_1500_tokens(small_curriculum, curriculum_images, tiny_model_dir,
                                                                       tmp_path, record_property):
     result, combined = small_curriculum
-    stage = RolloutStage(tasks=combined, repos=result.repos_dir, model=str(tiny_model_dir), engine="scripted",
-                         out=tmp_path / "rollout", concurrency=2, log_dir=tmp_path / "logs")
+    stage = RolloutStage(tasks=combined, repos=result.repos_dir, model=str(tiny_model_dir), out=tmp_path / "rollout",
+                         log_dir=tmp_path / "logs", sampler=SamplerConfig(engine="scripted", concurrency=2))
     run_rollout(stage)
     trajectories = stored_trajectories(tmp_path / "rollout" / "trajectories")
     assert sorted(t.instance_id for t in trajectories) == sorted(i for ids in result.instance_ids.values() for i in ids)
@@ -74,8 +75,9 @@ def test_the_replace_demonstrator_with_the_curriculum_prompts_resolves_every_tas
         small_curriculum, curriculum_images, tiny_model_dir, tmp_path):
     result, combined = small_curriculum
     prompts = Path(__file__).resolve().parents[2] / "swerl" / "curriculum" / "prompts"
-    stage = RolloutStage(tasks=combined, repos=result.repos_dir, model=str(tiny_model_dir), engine="scripted", demo="replace",
-                         prompt_dir=prompts, out=tmp_path / "rollout", concurrency=2, log_dir=tmp_path / "logs")
+    stage = RolloutStage(tasks=combined, repos=result.repos_dir, model=str(tiny_model_dir), out=tmp_path / "rollout",
+                         log_dir=tmp_path / "logs", sampler=SamplerConfig(engine="scripted", demo="replace", concurrency=2,
+                                                                          agent=AgentConfig(prompt_dir=prompts)))
     run_rollout(stage)
     trajectories = stored_trajectories(tmp_path / "rollout" / "trajectories")
     assert len(trajectories) == 6

@@ -22,7 +22,7 @@ from swerl.inference.scripted import ScriptedEngine, script_from_patch
 from swerl.rollout.runner import RolloutConfig, rollout
 from swerl.rollout.store import TrajectoryStore
 from swerl.stages.errors import InfraFailureRate
-from swerl.stages.rollout import RolloutStage, run_eval
+from swerl.stages.rollout import RolloutStage, SamplerConfig, run_eval
 from tests.support.trajectories import assert_prefix_invariant, assert_token_accounting, cmd
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -108,9 +108,10 @@ def test_a_patch_already_graded_for_the_task_is_not_graded_again(demo_tasks, dem
 
 def test_an_evaluation_with_one_sandbox_start_in_three_failing_retries_and_scores_only_real_runs(
         demo, demo_tasks, tiny_model_dir, tmp_path, run_id):
-    stage = RolloutStage(tasks=demo.tasks_file, repos=demo.repos_dir, model=str(tiny_model_dir), engine="scripted",
-                         concurrency=3, max_turns=20, out=tmp_path / "eval", log_dir=tmp_path / "logs", run_id=run_id,
-                         sandbox=FlakySandboxConfig(fail_every=3, inner=DockerSandboxConfig(exec_channel=True)))
+    stage = RolloutStage(tasks=demo.tasks_file, repos=demo.repos_dir, model=str(tiny_model_dir), out=tmp_path / "eval",
+                         log_dir=tmp_path / "logs", run_id=run_id, sampler=SamplerConfig(
+                             engine="scripted", concurrency=3, agent=AgentConfig(max_turns=20),
+                             sandbox=FlakySandboxConfig(fail_every=3, inner=DockerSandboxConfig(exec_channel=True))))
     # starts 1..9: the 3rd, 6th and 9th fail; 3 of 9 is over the 20% bound, so no Pass@1 is computed at all
     with pytest.raises(InfraFailureRate, match=r"^3 of 9 \(task, sample\) pairs \(33%\) failed for infrastructure"):
         run_eval(stage)

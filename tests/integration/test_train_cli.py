@@ -161,7 +161,7 @@ def test_dapo_trains_on_nonzero_advantages(stores, tiny_model_dir, tmp_path):
     assert_trained(out, 2, weights(tiny_model_dir))
     state = json.loads((out / "step-000002" / "trainer_state" / "state.json").read_text())
     assert state["iteration"] == 3 and state["data_position"] == {"epoch": 1, "next_batch": 0}
-    assert state["config"]["objective"] == "dapo" and state["config"]["eps_high"] == 0.3
+    assert state["config"]["objective"] == "dapo" and state["config"]["loss"]["eps_high"] == 0.3
 
 
 def test_the_plain_grpo_baseline_keeps_every_sample_and_averages_per_sequence(stores, tiny_model_dir, tmp_path):
@@ -172,7 +172,8 @@ def test_the_plain_grpo_baseline_keeps_every_sample_and_averages_per_sequence(st
     assert "kept 6/6 (100.0%): 0 zero-advantage" in text
     assert all(m["kept_fraction"] == 1.0 for m in metrics(out))
     state = json.loads((out / "step-000001" / "trainer_state" / "state.json").read_text())
-    assert (state["config"]["loss_aggregation"], state["config"]["eps_low"], state["config"]["eps_high"]) == ("sequence", 0.2, 0.2)
+    loss = state["config"]["loss"]
+    assert (loss["loss_aggregation"], loss["eps_low"], loss["eps_high"]) == ("sequence", 0.2, 0.2)
     run = json.loads((out / "run.json").read_text())
     assert (run["drop_zero_advantage"], run["loss_aggregation"]) == (False, "sequence")
 
@@ -194,8 +195,9 @@ def test_a_long_run_checkpoints_every_n_steps_and_a_crash_redoes_only_the_unsave
     from swerl.stages.train import RFTStage, train_rft
 
     out = tmp_path / "sparse"
-    stage = RFTStage(trajectories=[Path(stores["run"])], model=str(tiny_model_dir), out=out, epochs=2, batch_size=2, lr=1e-3,
-                     lr_schedule="constant", warmup_steps=0, device="cpu", max_tokens_per_microbatch=512, save_every=4)
+    stage = RFTStage(trajectories=[Path(stores["run"])], model=str(tiny_model_dir), out=out,
+                     train={"epochs": 2, "batch_size": 2, "device": "cpu", "max_tokens_per_microbatch": 512, "save_every": 4,
+                            "optimizer": {"lr": 1e-3, "lr_schedule": "constant", "warmup_steps": 0}})
     train_rft(stage)
     # 5 kept runs in batches of 2: 3 steps an epoch, 6 in all; saved at step 4 and at the last
     assert sorted(p.name for p in out.glob("step-*")) == ["step-000004", "step-000006"]

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 
 STEPS = 3
 TOLERANCE = 1e-6  # on weights after 3 steps at lr 1e-3: 1e-3 of one step's size
-CONFIG = {"lr": 1e-3, "adam_eps": 1e-6, "warmup_steps": 1, "lr_schedule": "cosine", "total_steps": 4,
+CONFIG = {"optimizer": {"lr": 1e-3, "adam_eps": 1e-6, "warmup_steps": 1, "lr_schedule": "cosine"}, "total_steps": 4,
           "max_tokens_per_microbatch": 96, "logprob_chunk_size": 32}
 
 

@@ -103,7 +103,7 @@ def test_a_command_timeout_is_an_observation_not_an_exit(run):
 def test_context_exceeded_when_the_next_turn_cannot_fit(run, chat, tok):
     probe, _ = run([cmd("submit")])
     budget = len(probe.prompt_ids) + 40
-    traj, _ = run([cmd("cat durations/__init__.py")] * 5, max_context=budget, min_turn_tokens=8)
+    traj, _ = run([cmd("cat durations/__init__.py")] * 5, max_context=budget, max_new_tokens=40, min_turn_tokens=8)
     assert traj.exit_reason is ExitReason.context_exceeded
     assert len(traj.ids) <= budget
     assert_prefix_invariant(traj, chat, tok)

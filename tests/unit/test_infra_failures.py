@@ -11,13 +11,14 @@ from collections import Counter
 
 import pytest
 
+from swerl.agent.loop import AgentConfig
 from swerl.agent.trajectory import ExitReason, Trajectory
 from swerl.envs.flaky_sandbox import FlakySandboxConfig
 from swerl.envs.local_sandbox import LocalSandboxConfig, local_sandbox_folders
 from swerl.eval.report import build_report
 from swerl.rollout.store import TrajectoryStore
 from swerl.stages.errors import InfraFailureRate, RetryableStageError
-from swerl.stages.rollout import RolloutStage, check_infra_failures, run_rollout
+from swerl.stages.rollout import RolloutStage, SamplerConfig, check_infra_failures, run_rollout
 
 
 def traj(iid: str, k: int, resolved: bool | None = False, reason: ExitReason = ExitReason.submitted, **kw) -> Trajectory:
@@ -92,9 +93,10 @@ def test_the_bound_is_a_share_of_all_pairs_and_reaching_it_is_allowed(tmp_path):
 def test_a_stage_with_one_start_in_three_failing_fails_as_retryable_and_its_rerun_completes(
         demo, demo_tasks, tiny_model_dir, tmp_path, run_id):
     sandboxes = tmp_path / "sandboxes"
-    stage = RolloutStage(tasks=demo.tasks_file, repos=demo.repos_dir, model=str(tiny_model_dir), engine="scripted",
-                         grade=False, concurrency=3, max_turns=20, out=tmp_path / "run", log_dir=tmp_path / "logs",
-                         run_id=run_id, sandbox=FlakySandboxConfig(fail_every=3, inner=LocalSandboxConfig(parent_dir=sandboxes)))
+    stage = RolloutStage(tasks=demo.tasks_file, repos=demo.repos_dir, model=str(tiny_model_dir), grade=False,
+                         out=tmp_path / "run", log_dir=tmp_path / "logs", run_id=run_id, sampler=SamplerConfig(
+                             engine="scripted", concurrency=3, agent=AgentConfig(max_turns=20),
+                             sandbox=FlakySandboxConfig(fail_every=3, inner=LocalSandboxConfig(parent_dir=sandboxes))))
     store = TrajectoryStore(tmp_path / "run" / "trajectories")
 
     # starts 1..9: the 3rd, 6th and 9th fail, 3 of 9 pairs (33%) over the default bound of 20%

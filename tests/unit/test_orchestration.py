@@ -100,15 +100,15 @@ def test_the_metrics_table_gives_every_row_every_column():
 
 def test_pipeline_parameters_have_a_json_schema_for_the_ui_form_and_sane_defaults():
     schema = PipelineParams.model_json_schema()
-    assert {"name", "tasks", "agent", "rft", "dapo", "eval", "tracking"} <= set(schema["properties"])
+    assert {"name", "tasks", "sampler", "rft", "dapo", "eval", "tracking"} <= set(schema["properties"])
     p = PipelineParams()
-    assert (p.name, p.dapo.iterations, p.dapo.eps_low, p.dapo.eps_high, p.rft.train.lr) == ("demo", 2, 0.2, 0.3, 5e-6)
+    assert (p.name, p.dapo.iterations, p.dapo.loss.eps_low, p.dapo.loss.eps_high, p.rft.train.optimizer.lr) == ("demo", 2, 0.2, 0.3, 5e-6)
     assert p.run_dir.as_posix() == "runs/pipelines/demo"
     assert PipelineParams.model_validate_json(p.model_dump_json()) == p
 
 
 @pytest.mark.parametrize("bad", [{"name": "../escape"}, {"name": ""}, {"dapo": {"samples": 1}}, {"eval": {"runs": 0}},
-                                 {"agent": {"engine": "gpt"}}, {"surprise": 1}])
+                                 {"sampler": {"engine": "gpt"}}, {"surprise": 1}])
 def test_bad_pipeline_parameters_are_refused(bad):
     with pytest.raises(ValidationError):
         PipelineParams(**bad)
@@ -185,7 +185,7 @@ def test_the_pipeline_deployment_parameters_are_valid_pipeline_parameters():
     spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "deployments/prefect.yaml").read_text())
     by_name = {d["name"]: d for d in spec["deployments"]}
     p = PipelineParams.model_validate(by_name["pipeline"]["parameters"]["params"])
-    assert (p.name, p.dapo.iterations, p.rft.agent.engine) == ("demo", 2, "scripted")
+    assert (p.name, p.dapo.iterations, p.rft.sampler.engine) == ("demo", 2, "scripted")
 
 
 def test_tracking_tasks_retry_a_failed_call_but_not_a_refused_one():
@@ -206,7 +206,7 @@ def test_tracking_tasks_retry_a_failed_call_but_not_a_refused_one():
 
 def test_a_curriculum_replaces_the_task_files_and_feeds_the_warm_start():
     p = PipelineParams(curriculum={"seed": 3, "warmup": 10, "train": 10, "heldout": 10}, warm_start={})
-    assert (p.curriculum.seed, p.warm_start.tasks, p.warm_start.agent.engine) == (3, None, "scripted")
+    assert (p.curriculum.seed, p.warm_start.tasks, p.warm_start.sampler.engine) == (3, None, "scripted")
     with pytest.raises(ValidationError, match="either curriculum or tasks"):
         PipelineParams(curriculum={}, tasks="t.jsonl")
     with pytest.raises(ValidationError, match="warm_start.tasks is required"):
@@ -221,6 +221,6 @@ def test_the_learning_run_parameters_are_valid_pipeline_parameters():
     p = PipelineParams.model_validate(yaml.safe_load((Path(__file__).resolve().parents[2] / "deployments/learning.yaml").read_text()))
     assert p.curriculum is not None and p.warm_start is not None and p.warm_start.tasks is None
     assert p.curriculum.bug_kinds == ["string_method", "arithmetic_operator", "comparison_boundary"]
-    assert p.warm_start.agent.demo_give_up == 0.5
+    assert p.warm_start.sampler.demo_give_up == 0.5
     assert (p.rft.samples, p.rft.train.epochs, p.eval.runs, p.dapo.iterations, p.dapo.samples) == (2, 1, 4, 2, 4)
-    assert p.agent.torch_threads == 1
+    assert p.sampler.torch_threads == 1

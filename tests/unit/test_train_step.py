@@ -55,7 +55,7 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 @pytest.mark.parametrize("aggregation", ["token", "sequence"])
 def test_one_microbatch_and_many_give_the_same_gradients(objective, aggregation):
     b = batch()
-    one = TrainerConfig(objective=objective, loss_aggregation=aggregation, max_tokens_per_microbatch=10_000)
+    one = TrainerConfig(objective=objective, loss={"loss_aggregation": aggregation}, max_tokens_per_microbatch=10_000)
     many = one.model_copy(update={"max_tokens_per_microbatch": 30})
     assert plan_step(b, many).microbatches == [[2, 1], [4], [3], [0]]  # padded tokens 30 (15 + 12), 21, 18, 9
     assert max_diff(gradients(one, b), gradients(many, b)) < 1e-6  # measured: <= 1.1e-7 on gradients up to 0.23 (float32 summation order)
@@ -148,21 +148,22 @@ def test_plan_deals_microbatches_evenly_and_pads_with_dummies():
 
 
 def test_learning_rate_warms_up_then_follows_the_schedule():
-    warm = TrainerConfig(lr=1e-6, warmup_steps=2)
+    warm = TrainerConfig(optimizer={"lr": 1e-6, "warmup_steps": 2})
     assert [learning_rate(s, warm) for s in range(4)] == pytest.approx([1e-6 / 3, 2e-6 / 3, 1e-6, 1e-6])
-    cosine = TrainerConfig(lr=1e-6, warmup_steps=2, lr_schedule="cosine", total_steps=12)
+    cosine = TrainerConfig(optimizer={"lr": 1e-6, "warmup_steps": 2, "lr_schedule": "cosine"}, total_steps=12)
     assert [learning_rate(s, cosine) for s in (2, 7, 12, 20)] == pytest.approx([1e-6, 5e-7, 0.0, 0.0], abs=1e-15)
-    linear = TrainerConfig(lr=1e-6, lr_schedule="linear", total_steps=4)
+    linear = TrainerConfig(optimizer={"lr": 1e-6, "lr_schedule": "linear"}, total_steps=4)
     assert [learning_rate(s, linear) for s in range(5)] == pytest.approx([1e-6, 7.5e-7, 5e-7, 2.5e-7, 0.0])
 
 
 def test_config_defaults_are_the_papers_and_bad_settings_are_refused():
     cfg = TrainerConfig()
-    assert (cfg.lr, cfg.betas, cfg.weight_decay, cfg.grad_clip, cfg.eps_low, cfg.eps_high) == (1e-6, (0.9, 0.999), 0.1, 1.0, 0.2, 0.3)
+    opt, loss = cfg.optimizer, cfg.loss
+    assert (opt.lr, opt.betas, opt.weight_decay, opt.grad_clip, loss.eps_low, loss.eps_high) == (1e-6, (0.9, 0.999), 0.1, 1.0, 0.2, 0.3)
     with pytest.raises(ValidationError, match="set total_steps"):
-        TrainerConfig(lr_schedule="cosine")
+        TrainerConfig(optimizer={"lr_schedule": "cosine"})
     with pytest.raises(ValidationError, match=r"betas must each be in \[0, 1\)"):
-        TrainerConfig(betas=(0.9, 1.0))
+        TrainerConfig(optimizer={"betas": (0.9, 1.0)})
     with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
         TrainerConfig(learning_rate=1e-5)
 
