@@ -61,6 +61,8 @@ ALLOWED: dict[str, dict[str, set[str]]] = {
         "the policy a rollout form names (a folder, hub id or registry alias), required": {"RolloutParams"},
         "the policy an evaluation form scores, the registry's champion by default": {"EvaluateParams"},
         "the pipeline's starting policy; None creates the tiny model": {"PipelineParams"},
+        "the weights an engine serves: a folder or hub id (openai: the served name)": {
+            "HFEngineConfig", "OpenAIEngineConfig", "VLLMEngineConfig"},
     },
     "out": {
         "a run folder the caller names": {"DAPOStage", "GradeParams", "RFTStage", "RolloutParams", "RolloutStage",
@@ -97,6 +99,7 @@ ALLOWED: dict[str, dict[str, set[str]]] = {
         # swerl/inference is another change's: the two engines' bounds differ (no upper bound for hf), left to it
         "the hf engine's context window": {"HFEngineConfig"},
         "the OpenAI engine's context window": {"OpenAIEngineConfig"},
+        "the scripted engine's window (None: unbounded; a demonstration needs no model)": {"ScriptedEngineConfig"},
     },
     "max_new_tokens": {
         "the reply cap: the agent's, which a rollout also gives the engine (SamplerConfig.engine_sampling)": {"AgentConfig"},
@@ -126,6 +129,15 @@ ALLOWED: dict[str, dict[str, set[str]]] = {
         "the docker variant's tag of SandboxConfig": {"DockerSandboxConfig"},
         "the local variant's tag of SandboxConfig": {"LocalSandboxConfig"},
         "the flaky variant's tag of SandboxConfig": {"FlakySandboxConfig"},
+        "the hf variant's tag of EngineConfig": {"HFEngineConfig"},
+        "the vllm variant's tag of EngineConfig": {"VLLMEngineConfig"},
+        "the openai variant's tag of EngineConfig": {"OpenAIEngineConfig"},
+        "the scripted variant's tag of EngineConfig": {"ScriptedEngineConfig"},
+    },
+    "base_url": {
+        "the server an openai engine talks to: required there": {"OpenAIEngineConfig"},
+        "a sampler's server, set only with engine openai (the stage builds the engine's config from it)": {
+            "SamplerConfig", "SamplerParams"},
     },
     "manifest": {
         "a deployment writes under runs/, its working folder": {"BuildImagesParams"},
