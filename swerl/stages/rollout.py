@@ -62,7 +62,9 @@ class SamplerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_reply_cap(self) -> SamplerConfig:
-        if "max_new_tokens" in self.sampling.model_fields_set and self.sampling.max_new_tokens != self.agent.max_new_tokens:
+        # a form sends every field back, None included: only a cap actually set can disagree
+        cap = self.sampling.max_new_tokens
+        if "max_new_tokens" in self.sampling.model_fields_set and cap is not None and cap != self.agent.max_new_tokens:
             raise ValueError(f"sampling.max_new_tokens ({self.sampling.max_new_tokens}) differs from agent.max_new_tokens "
                              f"({self.agent.max_new_tokens}): the reply cap is agent.max_new_tokens; set that and leave "
                              "sampling.max_new_tokens unset")

@@ -39,8 +39,14 @@ def test_make_engine_refuses_what_the_chosen_engine_cannot_use():
         make_engine({"kind": "hf", "model": "m"})  # type: ignore[arg-type]
 
 
-def stage(**kw) -> RolloutStage:
-    return RolloutStage(tasks=Path("tasks.jsonl"), model="models/tiny", out=Path("out"), **kw)
+AGENT_FIELDS = ("max_context", "max_new_tokens")
+
+
+def stage(seed: int | None = 0, **kw) -> RolloutStage:
+    """A stage with the sampler's settings given flat (``max_context`` and ``max_new_tokens`` are the agent's)."""
+    agent = {k: kw.pop(k) for k in AGENT_FIELDS if k in kw}
+    sampler = {**kw, **({"agent": agent} if agent else {})}
+    return RolloutStage(tasks=Path("tasks.jsonl"), model="models/tiny", out=Path("out"), seed=seed, sampler=sampler)
 
 
 def test_the_stage_hands_its_engine_the_fields_that_belong_to_it():
