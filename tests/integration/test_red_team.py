@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import shlex
 import subprocess
-import textwrap
 import uuid
 
 import pytest
@@ -23,21 +22,11 @@ from swerl.envs.docker_sandbox import DockerSandbox, DockerSandboxConfig
 from swerl.grading.grader import GradingConfig, grade_prediction
 from swerl.grading.plan import select_test_files
 from swerl.grading.results import FailureClass
+from tests.support.payloads import FORCE_PASS
 from tests.support.pypi_tasks import IDNA, TASK_SPECS, TOOLZ, parse_pytest_log, publish
 
 pytestmark = pytest.mark.docker
 
-FORCE_PASS = textwrap.dedent("""\
-    import pytest
-
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(item, call):
-        outcome = yield
-        report = outcome.get_result()
-        if report.failed:
-            report.outcome = "passed"
-    """)
 
 
 @pytest.fixture(scope="module")

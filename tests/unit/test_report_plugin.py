@@ -13,6 +13,7 @@ from pathlib import Path
 
 from swerl.grading.evidence import report_from_events
 from swerl.grading.judge import flipped_canaries
+from tests.support.payloads import FORCE_PASS
 
 TESTS = textwrap.dedent("""\
     import unittest
@@ -34,17 +35,6 @@ TESTS = textwrap.dedent("""\
         assert n > 0
     """)
 
-FORCE_PASS = textwrap.dedent("""\
-    import pytest
-
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(item, call):
-        outcome = yield
-        report = outcome.get_result()
-        if report.failed:
-            report.outcome = "passed"
-    """)
 
 
 def run_plugin(project: Path, canaries: dict | None) -> dict:
