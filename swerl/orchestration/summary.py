@@ -143,7 +143,7 @@ class EvalFacts:
         if self.behaviour:
             words.append(behaviour_words(self.behaviour))
         if self.promoted is not None:
-            words.append("champion moved here" if self.promoted else "champion stays (this policy is no better)")
+            words.append("champion is this policy" if self.promoted else "champion stays (this policy is no better)")
         return "; ".join(words)
 
 

@@ -59,7 +59,7 @@ def test_each_stage_says_what_it_did():
         "validate (1m 15s): 9/9 training tasks valid (valid: the gold patch passes the tests, the unpatched repository "
         "fails them)",
         "eval-start (1m 15s): policy 0: Pass@1 0.0% ± 0.0% (2 runs of 9 tasks); 0/18 resolved; exits: 18 format_errors; "
-        "72/72 replies had no command; champion moved here",
+        "72/72 replies had no command; champion is this policy",
         "rft (1m 15s): the scripted policy (gold-patch replays) ran 9 trajectories (9/9 resolved; exits: 9 submitted); "
         "trained 2 steps on 9 trajectories -> policy rft",
         "eval-rft (1m 15s): policy rft: Pass@1 0.0% ± 0.0% (2 runs of 9 tasks); 0/18 resolved; exits: 18 format_errors; "
