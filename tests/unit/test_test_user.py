@@ -72,3 +72,10 @@ def test_a_published_script_runs_only_its_test_command_as_the_user_and_finishes_
     # the set-up (activation, checkout, test patch) and the reset run as root; only the test command as the user
     assert text.endswith(": '>>>>> Start Test Output'\n" + tail + "\n")
     assert text.count("pytest -rA") == 1 and text.index("git apply -v -") < text.index("Start Test Output")
+
+
+def test_the_helper_finds_swerls_runner_where_docker_sandboxes_put_it():
+    from swerl.envs.docker_sandbox import RUNNER
+    from swerl.grading import test_user
+
+    assert test_user.RUNNER == RUNNER  # killall runs the runner's own kill loop from there

@@ -50,7 +50,7 @@ def _stat(pid):
         return None
 
 
-def _kill_until_none(victims_now):
+def kill_until_none(victims_now):
     """SIGKILL whatever ``victims_now()`` lists, again and again until it lists nothing."""
     for _ in range(50):
         victims = victims_now()
@@ -79,7 +79,7 @@ def sweep():
         keep = {1, me, min(children_of_init)[1] if children_of_init else -1}
         return [pid for pid in procs if pid not in keep]
 
-    _kill_until_none(victims)
+    kill_until_none(victims)
 
 
 def kill_tagged(tag, session):
@@ -98,7 +98,7 @@ def kill_tagged(tag, session):
         return [pid for pid in pids
                 if (session is not None and _session_of(pid) == session) or _environ_has_tag(pid, tag)]
 
-    _kill_until_none(victims)
+    kill_until_none(victims)
 
 
 class Capture:
