@@ -3,80 +3,42 @@
 Cleanup has three layers: the context manager removes the container; the container's
 PID 1 is ``sleep <lifetime>`` with auto-remove, so it dies on its own even when the
 Python process is SIGKILLed; and ``reap_containers`` removes what a crashed run left.
+
+A sandbox that runs one command (a grading) makes it the container's own command instead
+(``run_once``): swerl's runner is started with its source on the command line and reads the
+files and the request from stdin, and its answer is the container's last line of output, so
+neither a docker exec nor a docker cp (~45 ms each) is paid; the container ends with its command.
 """
 
 from __future__ import annotations
 
+import base64
 import io
 import json
-import os
 import posixpath
+import socket
 import tarfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from importlib import resources
-from typing import Literal
 
 from docker.errors import APIError, DockerException, NotFound
-from pydantic import BaseModel, Field
+from requests.exceptions import ConnectionError as RequestsConnectionError
+from requests.exceptions import ReadTimeout
 
 from swerl.envs import labels
 from swerl.envs.docker_client import DockerUnavailableError, docker_client
+from swerl.envs.docker_config import (PYTHON_CANDIDATES, SWEBENCH_ACTIVATE, SWEBENCH_CONDA_ENV, DockerSandboxConfig,
+                                      concurrency_slots)
+from swerl.envs.docker_reaper import reap_containers, running_containers  # noqa: F401 (re-exported)
 from swerl.envs.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel
 from swerl.envs.sandbox import ExecResult, RunnerFailed, SandboxError, exec_result, git_diff
 
 RUNNER_DIR = "/opt/swerl"
 RUNNER = f"{RUNNER_DIR}/swerl_exec.py"
 HOST_GRACE_S = 15.0
-PYTHON_CANDIDATES = ("/usr/bin/python3", "/usr/local/bin/python3", "/opt/conda/bin/python3", "/opt/miniconda3/bin/python3",
-                     "/opt/venv/bin/python3")
-# SWE-bench and SWE-rebench images keep the task's Python in this conda environment; their eval
-# scripts activate it, and so must every command the agent runs there
-SWEBENCH_CONDA_ENV = "/opt/miniconda3/envs/testbed"
-SWEBENCH_ACTIVATE = "source /opt/miniconda3/bin/activate && conda activate testbed"
-
-
-class DockerSandboxConfig(BaseModel):
-    """Resource limits and behaviour of one sandbox container."""
-
-    kind: Literal["docker"] = Field("docker", description="Selects this backend in a sandbox config (the default when absent).")
-    memory: str = Field("2g", pattern=r"^\d+[kmg]?$", description="Memory limit (swap disabled), docker syntax: 512m, 2g.")
-    cpus: float = Field(1.0, gt=0, le=64, description="CPU quota in cores.")
-    pids_limit: int = Field(512, ge=16, le=65536, description="Most processes alive at once (stops fork bombs).")
-    network: bool = Field(False, description="Give the container a network; off by default.")
-    workdir: str = Field("/testbed", description="Repository location and default working directory.")
-    default_timeout_s: float = Field(180.0, gt=0, le=86400, description="Timeout of exec when none is given.")
-    output_limit_bytes: int = Field(64_000, ge=1_000, le=64_000_000, description="Output kept per exec (head + tail).")
-    lifetime_s: int = Field(7200, ge=60, le=7 * 86400, description="The container removes itself after this long, whatever happens.")
-    run_id: str | None = Field(None, description="Label tying containers to one run, for reaping and leak checks.")
-    sweep_after_exec: bool = Field(
-        False, description="After each command, kill every process in the container but its own (a daemon that "
-        "detached with setsid and a cleared environment included). On for grading; off for agent sandboxes, whose "
-        "long-lived command runner must survive.",
-    )
-    activate: str | None = Field(
-        "auto", description="Shell lines sourced once when the sandbox starts; every command inherits the "
-        "environment they leave (PATH, CONDA_PREFIX, ...). 'auto': SWE-bench's conda environment "
-        f"({SWEBENCH_CONDA_ENV}) when the image has one; None: the image's own environment.",
-    )
-    exec_channel: bool = Field(
-        False, description="Send commands to one long-lived runner over an attached exec (a few ms each) instead of "
-        "a docker exec per command (~80 ms). For the agent's own sandbox: a command can forge the runner's answers "
-        "to itself there, which gains it nothing; graders keep one exec per command.",
-    )
-
-
-_slots_lock = threading.Lock()
-_slots: dict[int, threading.BoundedSemaphore] = {}
-
-
-def concurrency_slots(limit: int) -> threading.BoundedSemaphore:
-    """One process-wide semaphore per limit, shared by every sandbox asking for it."""
-    with _slots_lock:
-        return _slots.setdefault(limit, threading.BoundedSemaphore(limit))
-
-
 def _runner_source() -> bytes:
     return resources.files("swerl.envs").joinpath("resources/swerl_exec.py").read_bytes()
 
@@ -96,6 +58,12 @@ def _tar(files: dict[str, tuple[bytes, int]]) -> bytes:
 # Where python3 lives, and what an activation leaves in the environment, are properties of the image:
 # probing once per image saves docker execs on every later sandbox.
 _PYTHON_BY_IMAGE: dict[str, str] = {}
+
+
+def _exec_any_python(args: str) -> str:
+    """A shell line that runs the first python3 of PYTHON_CANDIDATES with ``args`` (exit 127: none)."""
+    found = "; ".join(f'[ -x {p} ] && exec {p} -I -S {args}' for p in PYTHON_CANDIDATES)
+    return f"{found}; command -v python3 >/dev/null && exec python3 -I -S {args}; exit 127"
 _ACTIVATED_ENV: dict[tuple[str, str], dict[str, str]] = {}
 
 
@@ -117,31 +85,46 @@ class DockerSandbox:
         self._channel_lock = threading.Lock()  # one request in flight: answers are matched by tag, not multiplexed
         self._env: dict[str, str] = {}
         self._closed = False
+        self._holds_slot = False
+        self._ran_once = False
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> DockerSandbox:
+        self._starting(self._start)
+        return self
+
+    def _starting(self, start: Callable[[], object]) -> object:
+        """``start()`` holding a concurrency slot; on failure everything is removed and the slot given back."""
         if self._slots is not None:
             self._slots.acquire()
+            self._holds_slot = True
         try:
-            self._start()
+            return start()
         except BaseException as e:
             self.close()
             if isinstance(e, (DockerException, DockerUnavailableError)):  # callers catch one error for "no sandbox"
                 raise SandboxError(f"cannot start a sandbox from {self.image}: {e}") from e
             raise
-        return self
+
+    def _labels(self) -> dict[str, str]:
+        lbl = labels.owner_labels(self.config.run_id)
+        lbl[labels.EXPIRES_AT] = str(int(time.time()) + self.config.lifetime_s)
+        lbl[labels.KIND] = "sandbox"
+        return lbl
+
+    def _limits(self) -> dict:
+        """The container's isolation and limits (docker's host config)."""
+        cfg = self.config
+        return dict(init=True, network_mode="bridge" if cfg.network else "none", mem_limit=cfg.memory,
+                    memswap_limit=cfg.memory, nano_cpus=int(cfg.cpus * 1e9), pids_limit=cfg.pids_limit,
+                    security_opt=["no-new-privileges"])
 
     def _start(self) -> None:
         cfg = self.config
-        lbl = labels.owner_labels(cfg.run_id)
-        lbl[labels.EXPIRES_AT] = str(int(time.time()) + cfg.lifetime_s)
-        lbl[labels.KIND] = "sandbox"
         try:
             self._container = docker_client().containers.run(
-                self.image, command=["sleep", str(cfg.lifetime_s)], detach=True, init=True, auto_remove=True,
-                network_mode="bridge" if cfg.network else "none", mem_limit=cfg.memory, memswap_limit=cfg.memory,
-                nano_cpus=int(cfg.cpus * 1e9), pids_limit=cfg.pids_limit, labels=lbl, working_dir=cfg.workdir,
-                security_opt=["no-new-privileges"], name=f"swerl-{uuid.uuid4().hex[:12]}",
+                self.image, command=["sleep", str(cfg.lifetime_s)], detach=True, auto_remove=True, labels=self._labels(),
+                working_dir=cfg.workdir, name=f"swerl-{uuid.uuid4().hex[:12]}", **self._limits(),
             )
         except DockerException as e:
             raise SandboxError(f"cannot start a container from {self.image}: {e}") from e
@@ -164,23 +147,29 @@ class DockerSandbox:
         """The variables an activation sets or changes, to pass to every command (probed once per image)."""
         key = (self.image, self.config.activate or "")
         if key not in _ACTIVATED_ENV:
-            _ACTIVATED_ENV[key] = self._probe_activation(self.config.activate)
+            _ACTIVATED_ENV[key] = self._probe_activation() if self._activation_spec() else {}
         return dict(_ACTIVATED_ENV[key])
 
-    def _probe_activation(self, activate: str | None) -> dict[str, str]:
-        if activate == "auto":
-            code, _ = self._container.exec_run(["test", "-x", f"{SWEBENCH_CONDA_ENV}/bin/python"])
-            activate = SWEBENCH_ACTIVATE if code == 0 else None
-        if not activate:
-            return {}
-        script = f"env -0 > /tmp/.swerl-env-before && {{ {activate} ; }} >/dev/null 2>&1 && env -0"
-        code, out = self._container.exec_run(["bash", "-c", script], demux=False)
-        if code != 0:
-            raise SandboxError(f"activating the environment of {self.image} failed (exit {code}): {activate!r}; "
-                               "fix the image or set the sandbox's `activate` (None: the image's own environment)")
-        before = _env_of(self._raw(["cat", "/tmp/.swerl-env-before"]))
-        after = _env_of((out or b"").decode("utf-8", "replace"))
-        return {k: v for k, v in after.items() if k not in _SHELL_OWN_VARS and before.get(k) != v}
+    def _activation_spec(self) -> dict | None:
+        """What the runner sources to activate the image's environment (``activate`` of the config)."""
+        if self.config.activate == "auto":
+            return {"probe": f"{SWEBENCH_CONDA_ENV}/bin/python", "lines": SWEBENCH_ACTIVATE}
+        return {"probe": None, "lines": self.config.activate} if self.config.activate else None
+
+    def _probe_activation(self) -> dict[str, str]:
+        code, out = self._container.exec_run([self._python, "-I", "-S", RUNNER, "--activate",
+                                              json.dumps(self._activation_spec())], demux=False)
+        try:
+            answer = json.loads((out or b"").decode("utf-8", "replace").strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            raise SandboxError(f"probing the environment of {self.image} failed (exit {code}): {(out or b'')[-300:]!r}") from None
+        return self._activated(answer)
+
+    def _activated(self, answer: dict) -> dict[str, str]:
+        if "activation_error" in answer:
+            raise SandboxError(f"{answer['activation_error']} in {self.image}; fix the image or set the sandbox's "
+                               "`activate` (None: the image's own environment)")
+        return answer.get("activated_env", answer.get("env")) or {}
 
     @property
     def workdir(self) -> str:
@@ -226,7 +215,8 @@ class DockerSandbox:
                     if "in progress" not in str(e):
                         raise
         finally:
-            if self._slots is not None:
+            if self._holds_slot:
+                self._holds_slot = False
                 self._slots.release()
 
     def __enter__(self) -> DockerSandbox:
@@ -242,8 +232,9 @@ class DockerSandbox:
     # -- commands ------------------------------------------------------------------
     def exec(self, cmd: str, timeout: float | None = None, *, cwd: str | None = None,
              env: dict[str, str] | None = None) -> ExecResult:
-        if self._container is None or self._closed:
-            raise SandboxError("exec on a sandbox that is not running; use it inside `with`")
+        if self._container is None or self._closed or self._ran_once:
+            raise SandboxError("exec on a sandbox that is not running; use it inside `with`"
+                               + (" (run_once ran its one command)" if self._ran_once else ""))
         timeout = self.config.default_timeout_s if timeout is None else timeout
         tag = uuid.uuid4().hex
         request = {"cmd": cmd, "timeout": timeout, "limit": self.config.output_limit_bytes,
@@ -278,6 +269,67 @@ class DockerSandbox:
         except (IndexError, json.JSONDecodeError) as e:
             raise RunnerFailed(f"sandbox runner failed (exit {code}): {' '.join(text)[-500:]}") from e
         return exec_result(cmd, data)
+
+    def run_once(self, cmd: str, timeout: float | None = None) -> ExecResult:
+        """Start the sandbox with ``cmd`` as its one command and wait for it to end: a container start and
+        no docker exec (~0.1 s less than ``start`` then ``exec``), for a sandbox that runs one command, such as
+        a grading. The stopped container stays until ``close``, so ``read_file`` still works; ``exec`` does not."""
+        if self._container is not None or self._closed:
+            raise SandboxError("run_once on a sandbox already started; it starts the sandbox itself")
+        return self._starting(lambda: self._run_once(cmd, self.config.default_timeout_s if timeout is None else timeout))
+
+    def _run_once(self, cmd: str, timeout: float) -> ExecResult:
+        cfg, api = self.config, docker_client().api
+        key = (self.image, cfg.activate or "")
+        # the sweep still matters although the container ends with the runner: a root process that detached
+        # (a published eval script's set-up runs as root) could otherwise print after the runner's answer
+        request = {"cmd": cmd, "timeout": timeout, "limit": cfg.output_limit_bytes, "tag": uuid.uuid4().hex,
+                   "cwd": cfg.workdir, "env": dict(_ACTIVATED_ENV.get(key, {})), "sweep": cfg.sweep_after_exec}
+        if key not in _ACTIVATED_ENV:
+            request["activate"] = self._activation_spec()
+        runner = _runner_source()
+        files = {RUNNER: (runner, 0o755), **{"/" + p: e for p, e in self._archive_entries(self._preload).items()}}
+        sent = json.dumps({"request": request, "files": {p: (base64.b64encode(d).decode(), m) for p, (d, m) in files.items()}})
+        python = _PYTHON_BY_IMAGE.get(self.image)
+        # the runner's source rides on its command line and the rest on stdin: a docker cp costs ~45 ms
+        command = ([python, "-I", "-S", "-c", runner.decode(), "--once"] if python
+                   else ["sh", "-c", _exec_any_python('-c "$1" --once'), "sh", runner.decode()])
+        try:
+            cid = api.create_container(self.image, command=command, stdin_open=True, labels=self._labels(),
+                                       working_dir=cfg.workdir, name=f"swerl-{uuid.uuid4().hex[:12]}",
+                                       host_config=api.create_host_config(**self._limits()))["Id"]
+        except DockerException as e:
+            raise SandboxError(f"cannot start a container from {self.image}: {e}") from e
+        self._container = docker_client().containers.prepare_model({"Id": cid})
+        self._ran_once = True
+        stdin = api.attach_socket(cid, params={"stdin": 1, "stream": 1})
+        try:
+            api.start(cid)
+            raw = getattr(stdin, "_sock", stdin)
+            raw.sendall(sent.encode())
+            raw.shutdown(socket.SHUT_WR)
+            try:
+                status = api.wait(cid, timeout=timeout + HOST_GRACE_S)
+            except (ReadTimeout, RequestsConnectionError):  # the runner itself is stuck
+                self.close()
+                raise RunnerFailed(f"command did not stop {HOST_GRACE_S:.0f}s after its {timeout:.0f}s timeout; "
+                                   "sandbox removed") from None
+        finally:
+            stdin.close()
+        said = api.logs(cid, stdout=True, stderr=False).decode("utf-8", "replace").strip().splitlines()
+        try:
+            answer = json.loads(said[-1])
+        except (IndexError, ValueError):
+            code, errors = status.get("StatusCode"), api.logs(cid, stdout=False, stderr=True, tail=20)
+            if code == 127 and not python:
+                raise SandboxError(f"image {self.image} has no python3; the sandbox runner needs one") from None
+            raise RunnerFailed(f"sandbox runner failed (exit {code}): {errors.decode('utf-8', 'replace')[-500:]}") from None
+        if not isinstance(answer, dict):
+            raise RunnerFailed(f"sandbox runner gave a malformed answer: {str(answer)[:200]}")
+        self._python = _PYTHON_BY_IMAGE.setdefault(self.image, str(answer.pop("python", "")) or "python3")
+        self._env = _ACTIVATED_ENV.setdefault(key, self._activated(answer))
+        answer.pop("activated_env", None)
+        return exec_result(cmd, answer)
 
     def _kill_tagged(self, tag: str) -> None:
         """Kill every process of the command carrying ``tag``, through a one-shot runner."""
@@ -340,59 +392,6 @@ class DockerSandbox:
     def diff(self) -> str:
         """Tracked and untracked changes against base_commit, through a throw-away index."""
         return git_diff(self, self.base_commit or "HEAD", "/tmp/.swerl-diff.patch")
-
-
-_SHELL_OWN_VARS = frozenset({"SHLVL", "_", "PWD", "OLDPWD"})
-
-
-def _env_of(text: str) -> dict[str, str]:
-    """``env -0`` output as a dict."""
-    return dict(kv.split("=", 1) for kv in text.split("\0") if "=" in kv)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def reap_containers(*, run_id: str | None = None, everything: bool = False) -> list[str]:
-    """Remove swerl containers whose owner died, whose lifetime passed, or (with ``run_id``) of one run."""
-    import socket
-
-    host, now, removed = socket.gethostname(), time.time(), []
-    for c in _listed(filters={"label": f"{labels.MANAGED}=1"}):
-        lbl = c.attrs.get("Labels") or {}
-        dead_owner = lbl.get(labels.OWNER_HOST) == host and not _pid_alive(int(lbl.get(labels.OWNER_PID, "0") or 0))
-        expired = float(lbl.get(labels.EXPIRES_AT, "inf")) < now
-        ours = run_id is not None and lbl.get(labels.RUN_ID) == run_id
-        if everything or dead_owner or expired or ours:
-            try:
-                c.remove(force=True)
-                removed.append(_name(c))
-            except (NotFound, APIError):
-                pass
-    return removed
-
-
-def running_containers(run_id: str) -> list[str]:
-    """Names of containers still alive for ``run_id`` (leak checks)."""
-    return [_name(c) for c in _listed(filters={"label": f"{labels.RUN_ID}={run_id}"})]
-
-
-def _listed(filters: dict) -> list:
-    """Containers from one list call; sparse, because a full listing inspects each container
-    and fails when one removes itself in between (sandboxes auto-remove)."""
-    return docker_client().containers.list(all=True, sparse=True, filters=filters)
-
-
-def _name(container) -> str:
-    names = container.attrs.get("Names") or [container.id]
-    return names[0].lstrip("/")
 
 
 __all__ = ["DockerSandbox", "DockerSandboxConfig", "concurrency_slots", "reap_containers", "running_containers"]

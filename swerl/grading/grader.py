@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field
 from swerl.data.task import Task
 from swerl.envs.docker_sandbox import DockerSandboxConfig, concurrency_slots
 from swerl.envs.factory import SandboxConfig, make_sandbox
-from swerl.envs.sandbox import RunnerFailed, Sandbox, SandboxError
+from swerl.envs.sandbox import RunnerFailed, Sandbox, SandboxError, run_alone
 from swerl.grading.evidence import MalformedReport, audit_verdict, guard_verdict, report_from_b64, report_from_events
 from swerl.grading.judge import judge
 from swerl.grading.plan import STAGE, Logs, Plan, make_plan
@@ -70,7 +70,7 @@ def _safe(name: str) -> str:
 
 def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, logs: Logs,
               result: GradeResult) -> GradeResult:
-    run = sandbox.exec(plan.command, timeout=config.test_timeout_s + SETUP_ALLOWANCE_S)
+    run = run_alone(sandbox, plan.command, timeout=config.test_timeout_s + SETUP_ALLOWANCE_S)
     head, sep, tests_output = run.output.partition(plan.tests_line + "\n")
     logs.write("setup.log", head)
     if not sep:
@@ -210,8 +210,11 @@ def _attempt(task: Task, patch: str, image: str, config: GradingConfig, slots: t
     plan = make_plan(task, patch, config, result, logs)
     if plan is None:  # decided without running anything: a bad diff, every file dropped, a broken task
         return result
-    with make_sandbox(config.sandbox, image, slots=slots, base_commit=task.base_commit, preload=plan.files) as sandbox:
+    sandbox = make_sandbox(config.sandbox, image, slots=slots, base_commit=task.base_commit, preload=plan.files)
+    try:
         return _grade_in(sandbox, task, plan, config, logs, result)
+    finally:
+        sandbox.close()
 
 
 def _infra(task: Task, image: str, error: Exception) -> GradeResult:

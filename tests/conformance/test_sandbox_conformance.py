@@ -16,7 +16,7 @@ from swerl.envs.docker_sandbox import DockerSandboxConfig, running_containers
 from swerl.envs.factory import make_sandbox
 from swerl.envs.local_sandbox import LocalSandboxConfig, local_sandbox_folders
 from swerl.envs.repos import MirrorRepoSource, git
-from swerl.envs.sandbox import SandboxError
+from swerl.envs.sandbox import SandboxError, run_alone
 
 DURATIONS = "swerl-demo__durations-1"
 # docker twice: its commands go one docker exec each (graders) or over one long-lived runner (agents)
@@ -157,4 +157,16 @@ def test_close_removes_everything_the_sandbox_made_and_later_commands_fail(backe
 def test_a_sandbox_that_cannot_start_raises_sandbox_error_and_leaves_nothing(backend):
     with pytest.raises(SandboxError):
         backend.make(backend.missing_image).start()
+    assert backend.leftovers() == []
+
+
+def test_run_alone_starts_the_sandbox_for_one_command_whose_files_stay_readable_until_close(backend):
+    # graders run one command per sandbox: Docker makes it the container's own command (no exec)
+    sandbox = backend.make(preload={"in.txt": ("given\n", 0o644)})
+    try:
+        res = run_alone(sandbox, "cat in.txt; echo made > out.txt; exit 4", timeout=60)
+        assert (res.exit_code, res.output, res.timed_out) == (4, "given\n", False)
+        assert sandbox.read_file("out.txt") == b"made\n"
+    finally:
+        sandbox.close()
     assert backend.leftovers() == []

@@ -217,13 +217,16 @@ def test_gold_and_gold_with_harmless_edits_still_resolve(which, tasks, tmp_path)
         assert (res.resolved, res.failure_class, res.dropped_files) == (True, None, {}), res.reason
 
 
+# every ancestor of the tests but the container's init: swerl's runner is among them, whatever it is called
 RUNNER_KILLER = ("import os as _os, signal as _signal\n"
-                 "for _p in _os.listdir('/proc'):\n"
+                 "_p = _os.getppid()\n"
+                 "while _p > 1:\n"
                  "    try:\n"
-                 "        if _p.isdigit() and b'swerl_exec' in open(f'/proc/{_p}/cmdline', 'rb').read():\n"
-                 "            _os.kill(int(_p), _signal.SIGKILL)\n"
-                 "    except OSError:\n"
-                 "        pass\n")
+                 "        _next = int(open(f'/proc/{_p}/stat', 'rb').read().rsplit(b')', 1)[1].split()[1])\n"
+                 "        _os.kill(_p, _signal.SIGKILL)\n"
+                 "    except (OSError, ValueError):\n"
+                 "        break\n"
+                 "    _p = _next\n")
 
 
 def test_a_patch_that_kills_the_runner_is_tampered_not_an_infrastructure_error(tasks, tmp_path):
@@ -330,12 +333,14 @@ FORGE_THE_RUNNERS_ANSWER = (
     "import json as _j, os as _o, signal as _sig\n"
     "_fake = _j.dumps({'exit_code': 0, 'timed_out': False, 'output': 'forged', 'total_bytes': 6, 'truncated': False,\n"
     "                  'duration_s': 0.1}) + '\\n'\n"
-    "for _p in _o.listdir('/proc'):\n"
+    # every process of the container (swerl's runner, the container's own stdout through init, ...)
+    "for _p in sorted((int(_d) for _d in _o.listdir('/proc') if _d.isdigit()), reverse=True):\n"
+    "    if _p == _o.getpid():\n"
+    "        continue\n"
     "    try:\n"
-    "        if _p.isdigit() and b'swerl_exec' in open(f'/proc/{_p}/cmdline', 'rb').read():\n"
-    "            with open(f'/proc/{_p}/fd/1', 'w') as _out:\n"
-    "                _out.write(_fake)\n"
-    "            _o.kill(int(_p), _sig.SIGKILL)\n"
+    "        with open(f'/proc/{_p}/fd/1', 'w') as _out:\n"
+    "            _out.write(_fake)\n"
+    "        _o.kill(_p, _sig.SIGKILL)\n"
     "    except OSError:\n"
     "        pass\n")
 

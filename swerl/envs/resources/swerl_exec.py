@@ -7,11 +7,16 @@ killed, daemons included. Output is kept head and tail with a marker, so a comma
 prints gigabytes costs neither memory nor a slow socket.
 
 Prints one JSON object: exit_code, timed_out, output, total_bytes, truncated, duration_s.
-With ``--serve`` it stays up instead: one JSON request per stdin line, one JSON result
+With ``--once`` it is a container's own command (its source given with ``-c``): it reads from stdin
+the files to write (itself among them) and the request, activates the environment the request
+names, runs the command and prints the answer (a grading's one command, with neither a docker exec
+nor a docker cp). ``--activate SPEC`` prints
+what an activation adds to the environment. With ``--serve`` it stays up instead: one JSON request per stdin line, one JSON result
 line (carrying the request's tag) per request, so a sandbox's commands cost a line on an
 open stream rather than a docker exec each.
 """
 
+import base64
 import json
 import os
 import signal
@@ -181,6 +186,57 @@ def run(args):
     }
 
 
+SHELL_OWN_VARS = frozenset({"SHLVL", "_", "PWD", "OLDPWD"})
+
+
+def activation_env(spec):
+    """What sourcing ``spec["lines"]`` adds to or changes in the environment; {} when ``spec["probe"]``
+    (the activated python) is not there. Raises RuntimeError when the activation fails."""
+    if not spec or not spec.get("lines"):
+        return {}
+    if spec.get("probe") and not os.access(spec["probe"], os.X_OK):
+        return {}
+    done = subprocess.run(["/bin/bash", "-c", "{ " + spec["lines"] + " ; } >/dev/null 2>&1 && env -0"],
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise RuntimeError(f"activating the environment failed (exit {done.returncode}): {spec['lines']!r}")
+    after = dict(kv.split("=", 1) for kv in done.stdout.decode("utf-8", "replace").split("\0") if "=" in kv)
+    return {k: v for k, v in after.items() if k not in SHELL_OWN_VARS and os.environ.get(k) != v}
+
+
+def write_files(files):
+    """``{absolute path: [base64 data, mode]}`` written as root; missing folders are made (0755)."""
+    for path, (data, mode) in files.items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode)
+            f.write(base64.b64decode(data))
+
+
+def once():
+    """Write the files sent on stdin, run the request sent with them, print the answer with the activated
+    environment and this python's path (for the host to reuse)."""
+    sent = json.loads(sys.stdin.buffer.read())
+    write_files(sent["files"])
+    args = sent["request"]
+    answer = {"python": sys.executable}
+    try:
+        activated = activation_env(args.get("activate"))
+    except RuntimeError as e:
+        answer["activation_error"] = str(e)
+    else:
+        if "activate" in args:
+            answer["activated_env"] = activated
+        args["env"] = {**activated, **(args.get("env") or {})}
+        try:
+            answer.update(run(args))
+        except Exception as e:
+            answer["error"] = f"{type(e).__name__}: {e}"
+    sys.stdout.write("\n" + json.dumps(answer) + "\n")
+    sys.stdout.flush()
+
+
 def serve():
     out = sys.stdout
     for line in sys.stdin:
@@ -201,6 +257,13 @@ def serve():
 def main():
     if sys.argv[1:] == ["--serve"]:
         serve()
+    elif sys.argv[1:] == ["--once"]:
+        once()
+    elif sys.argv[1:2] == ["--activate"]:
+        try:
+            print(json.dumps({"env": activation_env(json.loads(sys.argv[2]))}))
+        except RuntimeError as e:
+            print(json.dumps({"activation_error": str(e)}))
     else:
         print(json.dumps(run(json.loads(sys.argv[1]))))
 
