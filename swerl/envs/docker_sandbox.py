@@ -120,28 +120,32 @@ class DockerSandbox:
                     security_opt=["no-new-privileges"])
 
     def _start(self) -> None:
-        cfg = self.config
+        cfg, api = self.config, docker_client().api
         try:
-            self._container = docker_client().containers.run(
-                self.image, command=["sleep", str(cfg.lifetime_s)], detach=True, auto_remove=True, labels=self._labels(),
-                working_dir=cfg.workdir, name=f"swerl-{uuid.uuid4().hex[:12]}", **self._limits(),
-            )
+            cid = api.create_container(self.image, command=["sleep", str(cfg.lifetime_s)], labels=self._labels(),
+                                       working_dir=cfg.workdir, name=f"swerl-{uuid.uuid4().hex[:12]}",
+                                       host_config=api.create_host_config(auto_remove=True, **self._limits()))["Id"]
+            self._container = docker_client().containers.prepare_model({"Id": cid})
+            api.start(cid)
         except DockerException as e:
             raise SandboxError(f"cannot start a container from {self.image}: {e}") from e
-        files = {RUNNER.lstrip("/"): (_runner_source(), 0o755), **self._archive_entries(self._preload)}
-        if not self._container.put_archive("/", _tar(files)):
-            raise SandboxError(f"cannot install the command runner in a container of {self.image}")
         self._python = _PYTHON_BY_IMAGE.get(self.image) or self._find_python()
         _PYTHON_BY_IMAGE[self.image] = self._python
         self._env = self._activated_env()
         if cfg.exec_channel:
             try:
-                self._channel = ExecChannel(docker_client().api, self._container.id, [self._python, "-I", "-S", "-u", RUNNER, "--serve"])
+                self._channel = ExecChannel(api, cid, self._runner_argv("--serve", unbuffered=True))
             except DockerException:
                 self._channel = None  # one exec per command still works
+        if self._preload:  # with the runner as a file: grading helpers import it
+            self.write_files({RUNNER: (_runner_source(), 0o755), **self._preload})
         if self.base_commit is None:
-            head = self._raw(["git", "-C", cfg.workdir, "rev-parse", "HEAD"])
-            self.base_commit = head.strip() if len(head.strip()) == 40 else None
+            head = self.exec(f"git -C {cfg.workdir} rev-parse HEAD", timeout=60).output.strip()
+            self.base_commit = head if len(head) == 40 else None
+
+    def _runner_argv(self, *args: str, unbuffered: bool = False) -> list[str]:
+        """swerl's runner, its source on the command line: nothing needs copying in before a command."""
+        return [self._python, "-I", "-S", *(["-u"] if unbuffered else []), "-c", _runner_source().decode(), *args]
 
     def _activated_env(self) -> dict[str, str]:
         """The variables an activation sets or changes, to pass to every command (probed once per image)."""
@@ -157,8 +161,7 @@ class DockerSandbox:
         return {"probe": None, "lines": self.config.activate} if self.config.activate else None
 
     def _probe_activation(self) -> dict[str, str]:
-        code, out = self._container.exec_run([self._python, "-I", "-S", RUNNER, "--activate",
-                                              json.dumps(self._activation_spec())], demux=False)
+        code, out = self._container.exec_run(self._runner_argv("--activate", json.dumps(self._activation_spec())), demux=False)
         try:
             answer = json.loads((out or b"").decode("utf-8", "replace").strip().splitlines()[-1])
         except (IndexError, json.JSONDecodeError):
@@ -247,7 +250,7 @@ class DockerSandbox:
 
         def run() -> None:
             try:
-                result["raw"] = self._container.exec_run([self._python, "-I", "-S", RUNNER, json.dumps(request)], demux=False)
+                result["raw"] = self._container.exec_run(self._runner_argv(json.dumps(request)), demux=False)
             except Exception as e:  # surfaced below as an infrastructure error
                 result["error"] = e
 
@@ -333,7 +336,7 @@ class DockerSandbox:
 
     def _kill_tagged(self, tag: str) -> None:
         """Kill every process of the command carrying ``tag``, through a one-shot runner."""
-        self._container.exec_run([self._python, "-I", "-S", RUNNER, json.dumps({"kill_tag": tag})])
+        self._container.exec_run(self._runner_argv(json.dumps({"kill_tag": tag})))
 
     def _over_channel(self, payload: dict, timeout: float) -> object:
         channel = self._channel
@@ -362,8 +365,16 @@ class DockerSandbox:
         self.write_files({path: (data, mode)})
 
     def write_files(self, files: dict[str, tuple[bytes | str, int]]) -> None:
-        """Write several files (missing parent folders are created) in one docker call."""
+        """Write several files (missing parent folders are created): one line to the runner where there is a
+        channel, else one docker call."""
         entries = self._archive_entries(files)
+        with self._channel_lock:
+            if self._channel is not None and self._channel.alive():
+                sent = {"/" + p: (base64.b64encode(d).decode(), m) for p, (d, m) in entries.items()}
+                answer = self._over_channel({"write": sent, "tag": uuid.uuid4().hex}, self.config.default_timeout_s)
+                if isinstance(answer, dict) and answer.get("written") == len(sent):
+                    return
+                raise SandboxError(f"cannot write {sorted(sent)[:5]} in the sandbox: {str(answer)[:300]}")
         try:
             written = self._container.put_archive("/", _tar(entries))
         except DockerException as e:

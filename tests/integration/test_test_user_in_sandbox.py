@@ -26,7 +26,11 @@ def probe(name, action):
     except OSError as e:
         print(name, errno.errorcode.get(e.errno, e.errno))
 test_file = sys.argv[1]
-runner = next(p for p in os.listdir("/proc") if p.isdigit() and b"swerl_exec" in open(f"/proc/{p}/cmdline", "rb").read())
+def parent(pid):
+    return int(open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[1])
+runner = os.getppid()  # swerl's runner: the oldest ancestor below the container's init (or docker exec's 0)
+while parent(runner) > 1:
+    runner = parent(runner)
 probe("write_test_file", lambda: open(test_file, "a").write("# changed"))
 probe("delete_test_file", lambda: os.unlink(test_file))
 probe("rename_test_dir", lambda: os.rename(os.path.dirname(test_file), "/testbed/moved"))

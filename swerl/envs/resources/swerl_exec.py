@@ -140,6 +140,9 @@ def run(args):
     if args.get("kill_tag"):
         kill_tagged(args["kill_tag"], None)
         return {"killed": True}
+    if "write" in args:
+        write_files(args["write"])
+        return {"written": len(args["write"])}
     tag, timeout, limit = args["tag"], args.get("timeout"), args["limit"]
     env = dict(os.environ)
     env.update(args.get("env") or {})
