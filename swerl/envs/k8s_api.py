@@ -210,13 +210,21 @@ class PodExec:
     """One command in a pod over the exec WebSocket: stdin sent at once, stdout/stderr collected, exit status read."""
 
     def __init__(self, config: KubernetesSandboxConfig, core, name: str, argv: list[str], stdin: bytes | None = None):
+        from kubernetes.client.exceptions import ApiException
         from kubernetes.stream import stream
 
         def connect():
-            with _stream_lock:
-                return stream(core.connect_get_namespaced_pod_exec, name, config.namespace, command=argv,
-                              container=CONTAINER, stdin=stdin is not None, stdout=True, stderr=True, tty=False,
-                              _preload_content=False, binary=True)
+            try:
+                with _stream_lock:
+                    return stream(core.connect_get_namespaced_pod_exec, name, config.namespace, command=argv,
+                                  container=CONTAINER, stdin=stdin is not None, stdout=True, stderr=True, tty=False,
+                                  _preload_content=False, binary=True)
+            except AttributeError as e:
+                # the client's own bug: a refused handshake's ApiException has no body, and the ApiClient fails
+                # decoding it; the ApiException (with the handshake's status) is what happened
+                if isinstance(e.__context__, ApiException):
+                    raise e.__context__ from None
+                raise
 
         self._ws = call(config, connect)
         self.stdout, self.stderr, self._status = bytearray(), bytearray(), b""

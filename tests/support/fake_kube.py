@@ -65,7 +65,9 @@ def selects(selector: str, labels: dict[str, str]) -> bool:
 class FakeKubeAPI:
     """The fake server; a context manager (on exit every container it made is removed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, protocols: tuple[str, ...] = PROTOCOLS) -> None:
+        """``protocols``: the exec subprotocols it speaks, best first (("v4.channel.k8s.io",): an older cluster's)."""
+        self.protocols = protocols
         self.pods: dict[tuple[str, str], dict] = {}
         self.policies: dict[tuple[str, str], dict] = {}
         self.requests: list[tuple[str, str]] = []
@@ -328,7 +330,7 @@ def _exec(handler: _Handler, api: FakeKubeAPI, ns: str, name: str, query: dict) 
         return handler._send(400 if pod else 404, status_object(400 if pod else 404, "BadRequest" if pod else "NotFound",
                                                                  f"pod {name} is not running"))
     offered = [p.strip() for p in handler.headers.get("Sec-WebSocket-Protocol", "").split(",")]
-    protocol = next((p for p in offered if p in PROTOCOLS), None)
+    protocol = next((p for p in api.protocols if p in offered), None)
     if handler.headers.get("Upgrade", "").lower() != "websocket" or protocol is None:
         return handler._send(400, status_object(400, "BadRequest", "exec needs a WebSocket upgrade with a channel protocol"))
     accept = base64.b64encode(hashlib.sha1((handler.headers["Sec-WebSocket-Key"] + WS_GUID).encode()).digest()).decode()
