@@ -203,19 +203,20 @@ def wait_running(config: KubernetesSandboxConfig, core, name: str) -> None:
         pause = min(pause * 2, 1.0)
 
 
-_stream_lock = threading.Lock()  # kubernetes.stream swaps its ApiClient's request method while it connects
-
-
 class PodExec:
     """One command in a pod over the exec WebSocket: stdin sent at once, stdout/stderr collected, exit status read."""
 
-    def __init__(self, config: KubernetesSandboxConfig, core, name: str, argv: list[str], stdin: bytes | None = None):
+    def __init__(self, config: KubernetesSandboxConfig, core, name: str, argv: list[str], stdin: bytes | None = None,
+                 lock: threading.Lock | None = None):
+        """``lock``: held while connecting, by every user of ``core``'s ApiClient (kubernetes.stream swaps the
+        client's request method for the handshake)."""
+        lock = lock or threading.Lock()
         from kubernetes.client.exceptions import ApiException
         from kubernetes.stream import stream
 
         def connect():
             try:
-                with _stream_lock:
+                with lock:
                     return stream(core.connect_get_namespaced_pod_exec, name, config.namespace, command=argv,
                                   container=CONTAINER, stdin=stdin is not None, stdout=True, stderr=True, tty=False,
                                   _preload_content=False, binary=True)
@@ -228,6 +229,7 @@ class PodExec:
 
         self._ws = call(config, connect)
         self.stdout, self.stderr, self._status = bytearray(), bytearray(), b""
+        self.cut: str | None = None
         if stdin is not None:
             for at in range(0, len(stdin), 1 << 20):
                 self._ws.write_stdin(stdin[at:at + (1 << 20)])
@@ -235,12 +237,17 @@ class PodExec:
 
     def wait(self, seconds: float) -> bool:
         """Collect output for up to ``seconds``; True once the command has ended and its status arrived."""
+        from websocket import WebSocketException
+
         end = time.monotonic() + seconds
-        while self._ws.is_open():
+        while self._ws.is_open() and not self.cut:
             left = end - time.monotonic()
             if left <= 0:
                 return False
-            self._ws.update(timeout=min(left, 1.0))
+            try:
+                self._ws.update(timeout=min(left, 1.0))
+            except (WebSocketException, OSError) as e:  # the connection dropped without a close: no status comes
+                self.cut = f"the exec stream was cut: {e}"
             self._drain()
         self._drain()
         return True
@@ -261,7 +268,7 @@ class PodExec:
         causes = (status.get("details") or {}).get("causes") or []
         code = next((c.get("message") for c in causes if c.get("reason") == "ExitCode"), None)
         if code is None:
-            raise SandboxError(f"exec in the pod failed: {status.get('message') or status or 'the stream closed without a status'}")
+            raise SandboxError(f"exec in the pod failed: {status.get('message') or status or self.cut or 'the stream closed without a status'}")
         return int(code)
 
     def close(self) -> None:

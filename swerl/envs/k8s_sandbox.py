@@ -52,6 +52,7 @@ class KubernetesSandbox:
         self._closed = False
         self._python: str | None = None
         self._env: dict[str, str] = {}
+        self._connect_lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> KubernetesSandbox:
@@ -123,7 +124,7 @@ class KubernetesSandbox:
     # -- exec ------------------------------------------------------------------------
     def _open(self, argv: list[str], stdin: bytes | None = None) -> PodExec:
         try:
-            return PodExec(self.config, self._core, self.pod_name, argv, stdin)
+            return PodExec(self.config, self._core, self.pod_name, argv, stdin, self._connect_lock)
         except Exception as e:
             if status_of(e) is None:
                 raise

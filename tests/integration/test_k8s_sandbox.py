@@ -149,3 +149,11 @@ def test_a_runner_that_stops_answering_is_given_up_on_and_the_pod_deleted(fake, 
     assert fake.pods == {}
     with pytest.raises(SandboxError, match="not running"):
         sb.exec("true")
+
+
+def test_an_exec_stream_cut_without_a_status_is_an_infrastructure_error_and_not_retried(fake, image, run_id):
+    with KubernetesSandbox(image, config(fake, run_id)) as sb:
+        fake.inject("GET", EXEC, [0])  # the command may have run: running it again is not the client's call
+        with pytest.raises(SandboxError, match="exec in the pod failed: the exec stream was cut"):
+            sb.exec("echo once >> /tmp/count")
+        assert sb.exec("cat /tmp/count 2>/dev/null | wc -l").output == "0\n"

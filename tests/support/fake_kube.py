@@ -110,7 +110,8 @@ class FakeKubeAPI:
         return [c.name for c in self.containers() if c.id not in live]
 
     def inject(self, method: str, path: str, statuses: list[int], retry_after: str | None = None) -> None:
-        """Answer the next ``len(statuses)`` requests of ``method`` whose path matches the regex ``path`` with these statuses."""
+        """Answer the next ``len(statuses)`` requests of ``method`` whose path matches the regex ``path`` with these
+        statuses; 0 on exec: accept the WebSocket, then drop the connection with no status."""
         with self._lock:
             self._faults.append((method, re.compile(path), list(statuses), retry_after))
 
@@ -253,14 +254,16 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         query = parse_qs(url.query)
         fault = self.api.fault_for(method, url.path)
+        pods, policies, api = PODS.match(url.path), POLICIES.match(url.path), self.api
         if method == "POST" or (method == "DELETE"):
             body = self._body()
+        if fault and fault[0] == 0 and pods and pods.group(3):  # status 0: upgrade, then drop the connection
+            return _exec(self, self.api, pods.group(1), pods.group(2), query, cut=True)
         if fault:
             code, retry_after = fault
             self._send(code, status_object(code, "TooManyRequests" if code == 429 else "InternalError", f"injected {code}"),
                        {"Retry-After": retry_after} if retry_after else None)
             return
-        pods, policies, api = PODS.match(url.path), POLICIES.match(url.path), self.api
         if pods and pods.group(3):
             return _exec(self, api, pods.group(1), pods.group(2), query)
         if pods and method == "POST" and not pods.group(2):
@@ -324,7 +327,7 @@ def _read_message(rfile) -> tuple[int, bytes] | None:
             return opcode, data
 
 
-def _exec(handler: _Handler, api: FakeKubeAPI, ns: str, name: str, query: dict) -> None:
+def _exec(handler: _Handler, api: FakeKubeAPI, ns: str, name: str, query: dict, cut: bool = False) -> None:
     pod = api.pods.get((ns, name))
     if pod is None or "_container" not in pod:
         return handler._send(400 if pod else 404, status_object(400 if pod else 404, "BadRequest" if pod else "NotFound",
@@ -340,6 +343,8 @@ def _exec(handler: _Handler, api: FakeKubeAPI, ns: str, name: str, query: dict) 
         handler.send_header(k, v)
     handler.end_headers()
     handler.close_connection = True
+    if cut:
+        return
     stdin = query.get("stdin", ["false"])[0] in ("1", "t", "T", "TRUE", "true", "True")  # Go's strconv.ParseBool
     proc = subprocess.Popen(["docker", "exec", *(["-i"] if stdin else []), pod["_container"], *query.get("command", [])],
                             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
