@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import contextmanager
 from copy import copy
 from pathlib import Path
 from typing import Literal
@@ -117,4 +118,20 @@ def api_client(config: KubernetesSandboxConfig):
     return client.ApiClient(conf)
 
 
-__all__ = ["KubernetesSandboxConfig", "api_client", "cpu_quantity", "memory_quantity"]
+@contextmanager
+def session(config: KubernetesSandboxConfig):
+    """An ``api_client`` closed after use, connections included."""
+    api = api_client(config)
+    try:
+        yield api
+    finally:
+        close_client(api)
+
+
+def close_client(api) -> None:
+    """Close the client's connections (its own ``close`` ends only its thread pool)."""
+    api.rest_client.pool_manager.clear()
+    api.close()
+
+
+__all__ = ["KubernetesSandboxConfig", "api_client", "close_client", "cpu_quantity", "memory_quantity", "session"]

@@ -27,10 +27,13 @@ from swerl.envs.docker_config import PYTHON_CANDIDATES, SWEBENCH_ACTIVATE, SWEBE
 from swerl.envs.docker_sandbox import HOST_GRACE_S, RUNNER, _runner_source, _tar
 from swerl.envs.k8s_api import (PodExec, call, create_pod, delete_pod, ensure_deny_all, label_value, pod_manifest,
                                 status_of, wait_running)
-from swerl.envs.k8s_config import KubernetesSandboxConfig, api_client
+from swerl.envs.k8s_config import KubernetesSandboxConfig, api_client, close_client, session
 from swerl.envs.sandbox import ExecResult, RunnerFailed, SandboxError, exec_result, git_diff
 
 _DENY_ALL_ENSURED: set = set()  # (API server, namespace) whose NetworkPolicy this process made or found
+# where python3 lives and what an activation sets are properties of an image (tagged by content): probed once
+_PYTHON_BY_IMAGE: dict[str, str] = {}
+_ACTIVATED_ENV: dict[tuple[str, str], dict[str, str]] = {}
 
 
 class KubernetesSandbox:
@@ -80,9 +83,12 @@ class KubernetesSandbox:
         create_pod(cfg, self._core, pod_manifest(cfg, self.pod_name, self.image))
         wait_running(cfg, self._core, self.pod_name)
         self._running = True
-        self._python = self._find_python()
+        self._python = _PYTHON_BY_IMAGE.get(self.image) or _PYTHON_BY_IMAGE.setdefault(self.image, self._find_python())
         self.write_files({RUNNER: (_runner_source(), 0o755), **self._preload})
-        self._env = self._probe_activation()
+        key = (self.image, cfg.activate or "")
+        if key not in _ACTIVATED_ENV:
+            _ACTIVATED_ENV[key] = self._probe_activation()
+        self._env = dict(_ACTIVATED_ENV[key])
         if self.base_commit is None:
             code, head = self._raw(["git", "-C", cfg.workdir, "rev-parse", "HEAD"])
             self.base_commit = head.strip() if code == 0 and len(head.strip()) == 40 else None
@@ -97,7 +103,7 @@ class KubernetesSandbox:
                 delete_pod(self.config, self._core, self.pod_name)
         finally:
             if self._api is not None:
-                self._api.close()
+                close_client(self._api)
             if self._holds_slot:
                 self._holds_slot = False
                 self._slots.release()
@@ -252,7 +258,7 @@ def running_pods(config: KubernetesSandboxConfig, run_id: str) -> list[str]:
     """Names of pods still there (not being deleted) for ``run_id`` (leak checks)."""
     from kubernetes import client
 
-    with api_client(config) as api:
+    with session(config) as api:
         pods = call(config, client.CoreV1Api(api).list_namespaced_pod, config.namespace,
                     label_selector=_selector(**{labels.RUN_ID: run_id}))
     return sorted(p.metadata.name for p in pods.items if p.metadata.deletion_timestamp is None)
@@ -266,7 +272,7 @@ def reap_pods(config: KubernetesSandboxConfig, *, run_id: str | None = None, eve
     from kubernetes import client
 
     host, now, removed = label_value(socket.gethostname()), time.time(), []
-    with api_client(config) as api:
+    with session(config) as api:
         core = client.CoreV1Api(api)
         pods = call(config, core.list_namespaced_pod, config.namespace,
                     label_selector=_selector(**{labels.MANAGED: "1", labels.KIND: "sandbox"}))

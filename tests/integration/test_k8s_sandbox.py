@@ -12,7 +12,7 @@ from kubernetes import client
 
 from swerl.envs import k8s_sandbox
 from swerl.envs.k8s_api import pod_manifest
-from swerl.envs.k8s_config import KubernetesSandboxConfig, api_client
+from swerl.envs.k8s_config import KubernetesSandboxConfig, session
 from swerl.envs.k8s_sandbox import KubernetesSandbox, reap_pods, running_pods
 from swerl.envs.sandbox import RunnerFailed, SandboxError
 from tests.support.fake_kube import FakeKubeAPI
@@ -131,7 +131,7 @@ def test_reaping_deletes_by_label_only_orphans_expired_pods_and_a_runs_own(fake,
     expired["metadata"]["labels"].update({"swerl.expires_at": str(int(time.time()) - 1), "swerl.run_id": "other"})
     foreign = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "not-swerls", "labels": {"app": "web"}},
                "spec": live["spec"]}
-    with api_client(cfg) as api:
+    with session(cfg) as api:
         core = client.CoreV1Api(api)
         for pod in (live, orphan, expired, foreign):
             core.create_namespaced_pod("t", pod)
@@ -157,3 +157,10 @@ def test_an_exec_stream_cut_without_a_status_is_an_infrastructure_error_and_not_
         with pytest.raises(SandboxError, match="exec in the pod failed: the exec stream was cut"):
             sb.exec("echo once >> /tmp/count")
         assert sb.exec("cat /tmp/count 2>/dev/null | wc -l").output == "0\n"
+
+
+def test_each_sandbox_owns_its_api_client_and_closes_it(fake, image, run_id):
+    with KubernetesSandbox(image, config(fake, run_id)) as a, KubernetesSandbox(image, config(fake, run_id)) as b:
+        assert a._api is not b._api and a._api.rest_client.pool_manager is not b._api.rest_client.pool_manager
+        assert sorted(running_pods(a.config, run_id)) == sorted([a.pod_name, b.pod_name])
+    assert len(a._api.rest_client.pool_manager.pools) == 0  # closed: its connections are gone
