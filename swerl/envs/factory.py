@@ -1,9 +1,10 @@
 """One sandbox config type for every backend, and the one place that turns a config into a sandbox.
 
 ``SandboxConfig`` is a union tagged by ``kind``: ``docker`` (the default, also for a config
-without a ``kind``), ``local`` (a repository copy on this machine, no isolation) and
-``flaky`` (fault injection around either). Code that needs a sandbox calls
-``make_sandbox``; a new backend is a config class, a sandbox class and a line here.
+without a ``kind``), ``local`` (a repository copy on this machine, no isolation),
+``kubernetes`` (one pod per sandbox on a cluster) and ``flaky`` (fault injection around
+another). Code that needs a sandbox calls ``make_sandbox``; a new backend is a config class,
+a sandbox class and a line here.
 """
 
 from __future__ import annotations
@@ -16,18 +17,26 @@ from pydantic import Discriminator, Tag
 
 from swerl.envs.docker_sandbox import DockerSandbox, DockerSandboxConfig
 from swerl.envs.flaky_sandbox import FlakySandbox, FlakySandboxConfig
+from swerl.envs.k8s_config import KubernetesSandboxConfig
 from swerl.envs.local_sandbox import LocalSandbox, LocalSandboxConfig
 from swerl.envs.sandbox import Sandbox, config_kind
 
 SandboxConfig = Annotated[
     Annotated[DockerSandboxConfig, Tag("docker")]
     | Annotated[LocalSandboxConfig, Tag("local")]
+    | Annotated[KubernetesSandboxConfig, Tag("kubernetes")]
     | Annotated[FlakySandboxConfig, Tag("flaky")],
     Discriminator(config_kind),
 ]
 
 Preload = dict[str, tuple[bytes | str, int]]
 _Maker = Callable[..., Sandbox]
+
+
+def _kubernetes(config: KubernetesSandboxConfig, image: str, **kw) -> Sandbox:
+    from swerl.envs.k8s_sandbox import KubernetesSandbox  # the client is an optional extra
+
+    return KubernetesSandbox(image, config, **kw)
 
 
 def _flaky(config: FlakySandboxConfig, image: str, **kw) -> Sandbox:
@@ -37,6 +46,7 @@ def _flaky(config: FlakySandboxConfig, image: str, **kw) -> Sandbox:
 _MAKERS: dict[type, _Maker] = {
     DockerSandboxConfig: lambda config, image, **kw: DockerSandbox(image, config, **kw),
     LocalSandboxConfig: lambda config, image, **kw: LocalSandbox(image, config, **kw),
+    KubernetesSandboxConfig: _kubernetes,
     FlakySandboxConfig: _flaky,
 }
 
@@ -51,7 +61,7 @@ def make_sandbox(config: SandboxConfig, image: str, *, base_commit: str | None =
     """
     maker = _MAKERS.get(type(config))
     if maker is None:
-        raise TypeError(f"no sandbox backend for {type(config).__name__}; known kinds: docker, local, flaky")
+        raise TypeError(f"no sandbox backend for {type(config).__name__}; known kinds: docker, local, kubernetes, flaky")
     return maker(config, image, base_commit=base_commit, preload=preload, slots=slots)
 
 

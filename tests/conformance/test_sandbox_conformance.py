@@ -14,14 +14,24 @@ import pytest
 
 from swerl.envs.docker_sandbox import DockerSandboxConfig, running_containers
 from swerl.envs.factory import make_sandbox
+from swerl.envs.k8s_config import KubernetesSandboxConfig
+from swerl.envs.k8s_sandbox import running_pods
 from swerl.envs.local_sandbox import LocalSandboxConfig, local_sandbox_folders
 from swerl.envs.repos import MirrorRepoSource, git
 from swerl.envs.sandbox import SandboxError, run_alone
+from tests.support.fake_kube import FakeKubeAPI
 
 DURATIONS = "swerl-demo__durations-1"
-# docker twice: its commands go one docker exec each (graders) or over one long-lived runner (agents)
+# docker twice: its commands go one docker exec each (graders) or over one long-lived runner (agents);
+# kubernetes against an in-process fake API server whose pods are Docker containers (no cluster runs here)
 BACKENDS = ["local", pytest.param("docker", marks=pytest.mark.docker),
-            pytest.param("docker-channel", marks=pytest.mark.docker)]
+            pytest.param("docker-channel", marks=pytest.mark.docker), pytest.param("kubernetes", marks=pytest.mark.docker)]
+
+
+@pytest.fixture(scope="module")
+def fake_kube(docker_ready):
+    with FakeKubeAPI() as fake:
+        yield fake
 
 
 class Backend:
@@ -33,6 +43,12 @@ class Backend:
             self.config = LocalSandboxConfig(run_id=run_id, output_limit_bytes=2_000, parent_dir=tmp_path / "sandboxes")
             self.image = str(MirrorRepoSource(demo.repos_dir).locate(task.repo))
             self.missing_image = str(tmp_path / "no-such-repository")
+        elif kind == "kubernetes":
+            self.fake = request.getfixturevalue("fake_kube")
+            self.config = KubernetesSandboxConfig(api_server=self.fake.url, namespace="swerl-test", run_id=run_id,
+                                                  output_limit_bytes=2_000)
+            self.image = request.getfixturevalue("demo_images")[DURATIONS]
+            self.missing_image = f"{self.image}-gone"
         else:
             self.config = DockerSandboxConfig(run_id=run_id, output_limit_bytes=2_000, exec_channel=kind == "docker-channel")
             self.image = request.getfixturevalue("demo_images")[DURATIONS]
@@ -45,6 +61,8 @@ class Backend:
         """What this test's sandboxes left: containers or folders carrying its run id."""
         if self.kind == "local":
             return local_sandbox_folders(self.run_id, self.config.parent_dir)
+        if self.kind == "kubernetes":  # pods by label through the API, and containers the fake kept for no pod
+            return running_pods(self.config, self.run_id) + self.fake.orphan_containers()
         return running_containers(self.run_id)  # a sandbox's own label, set from its config's run_id
 
 

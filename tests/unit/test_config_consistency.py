@@ -114,7 +114,8 @@ ALLOWED: dict[str, dict[str, set[str]]] = {
     },
     "workdir": {
         "the agent's override; None takes the sandbox's": {"AgentConfig"},
-        "the repository's path in a Docker sandbox": {"DockerSandboxConfig"},
+        "the repository's path in a container (a Docker sandbox's, or a Kubernetes pod's)": {
+            "DockerSandboxConfig", "KubernetesSandboxConfig"},
         "the repository's folder name inside a local sandbox's copy": {"LocalSandboxConfig"},
     },
     "runs": {
@@ -128,6 +129,7 @@ ALLOWED: dict[str, dict[str, set[str]]] = {
     "kind": {
         "the docker variant's tag of SandboxConfig": {"DockerSandboxConfig"},
         "the local variant's tag of SandboxConfig": {"LocalSandboxConfig"},
+        "the kubernetes variant's tag of SandboxConfig": {"KubernetesSandboxConfig"},
         "the flaky variant's tag of SandboxConfig": {"FlakySandboxConfig"},
         "the hf variant's tag of EngineConfig": {"HFEngineConfig"},
         "the vllm variant's tag of EngineConfig": {"VLLMEngineConfig"},
