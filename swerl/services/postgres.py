@@ -112,6 +112,11 @@ def ensure_cluster(config: ServicesConfig, log: Path) -> bool:
     """Make the cluster with initdb unless it exists; True when it was made now."""
     data = data_dir(config)
     if (data / "PG_VERSION").is_file():
+        if not pgpass(config).is_file():
+            raise ServicesError(
+                f"the PostgreSQL cluster in {data} exists but its password file {pgpass(config)} is gone; restore it, "
+                f"or remove {config.postgres_dir} to start a new, empty cluster"
+            )
         return False
     initdb = bin_dir() / "initdb"
     user = os_user(config)

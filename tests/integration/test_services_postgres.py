@@ -230,6 +230,16 @@ def test_down_stops_the_cluster_and_up_again_keeps_every_record(stack, config, a
     assert "database system is shut down" in (config.home / "logs" / "postgres.log").read_text()
     assert [(s.name, s.pid, s.healthy) for s in status(config)][0] == ("postgres", None, False)
 
+    # without its password file the cluster is refused by name, before anything starts
+    password_file = config.home / "postgres" / "pgpass"
+    password_file.rename(config.home / "pgpass.aside")
+    with pytest.raises(ServicesError) as e:
+        up(config)
+    assert str(e.value) == (f"the PostgreSQL cluster in {data} exists but its password file {password_file} is gone; "
+                            f"restore it, or remove {config.home}/postgres to start a new, empty cluster")
+    assert list((config.home / "run").glob("*.json")) == []
+    (config.home / "pgpass.aside").rename(password_file)
+
     again = up(config)
     assert [(s.name, s.healthy) for s in again] == [(n, True) for n in NAMES]
     assert (data / "PG_VERSION").stat().st_mtime_ns == made
