@@ -6,6 +6,7 @@ points the calling shell at the stack.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -16,19 +17,29 @@ from rich.table import Table
 
 from swerl.cli import _fail, app, console
 
-HomeOpt = typer.Option(Path(".swerl/services"), "--home", help="Folder of the stack: pid files, logs, SQLite databases.")
+HomeOpt = typer.Option(Path(".swerl/services"), "--home",
+                       help="Folder of the stack: pid files, logs, SQLite databases or the PostgreSQL cluster.")
 
 
 # ServicesConfig fields whose option is not simply --field-name
-_OPTION = {"startup_timeout_s": "--timeout", "worker": "--worker/--no-worker"}
+_OPTION = {"startup_timeout_s": "--timeout", "worker": "--worker/--no-worker", "postgres": "--postgres"}
+
+
+def _shown(field: str, value) -> str:
+    """An option's value for an error message; a database URL's password is left out."""
+    if field.endswith(("_url", "_uri")) and isinstance(value, str):
+        return repr(re.sub(r"://([^:/@]*):[^@/]*@", r"://\1:***@", value))
+    return repr(value)
 
 
 def _invalid(e: ValidationError) -> None:
-    def option(loc: tuple) -> str:
-        field = str(loc[0]) if loc else ""
-        return _OPTION.get(field, "--" + field.replace("_", "-"))
+    def one(err) -> str:
+        if not err["loc"]:  # a rule across fields: its message names them
+            return err["msg"].removeprefix("Value error, ")
+        field = str(err["loc"][0])
+        return f"{_OPTION.get(field, '--' + field.replace('_', '-'))} {_shown(field, err.get('input'))}: {err['msg']}"
 
-    _fail("; ".join(f"{option(err['loc'])} {err.get('input')!r}: {err['msg']}" for err in e.errors()))
+    _fail("; ".join(one(err) for err in e.errors()))
 
 
 def _show(statuses, config) -> None:
@@ -44,6 +55,11 @@ def _show(statuses, config) -> None:
         table.add_row(s.name, str(s.pid) if s.pid is not None else "-", s.url, healthy, str(s.log))
     console.print(table)
     console.print(f"Prefect UI: {config.prefect_url}   MLflow UI: {config.mlflow_url}")
+    if config.postgres:
+        from swerl.services.postgres import pgpass
+
+        console.print(f"PostgreSQL: Prefect {config.prefect_database()}   MLflow {config.mlflow_store_uri()}   "
+                      f"(their password: PGPASSFILE={pgpass(config)})")
     typer.echo("export " + " ".join(f"{k}={v}" for k, v in env(config).items()))
 
 
@@ -61,6 +77,12 @@ def up_command(
         None, "--mlflow-artifacts-destination", help="Where proxied artifacts are stored (default: <home>/mlartifacts)."),
     work_pool: Optional[str] = typer.Option(None, "--work-pool", help="Prefect process work pool, created when missing (default swerl-local)."),
     worker: bool = typer.Option(True, "--worker/--no-worker", help="Start a worker on the work pool."),
+    postgres: bool = typer.Option(
+        False, "--postgres", help="Keep both databases in a PostgreSQL cluster under --home (made with initdb, started "
+        "and stopped with the stack) instead of SQLite."),
+    postgres_port: Optional[int] = typer.Option(None, "--postgres-port", help="Port of the --postgres cluster on 127.0.0.1 (default 5432)."),
+    postgres_os_user: Optional[str] = typer.Option(
+        None, "--postgres-os-user", help="Account the --postgres cluster runs as when swerl runs as root (default postgres, created when missing)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds each service may take to become healthy (default 120)."),
 ) -> None:
     """Start the local Prefect server, a worker and the MLflow server (services already up are left alone)."""
@@ -68,10 +90,11 @@ def up_command(
 
     given = dict(host=host, prefect_port=prefect_port, mlflow_port=mlflow_port, prefect_database_url=prefect_database_url,
                  mlflow_backend_store_uri=mlflow_backend_store_uri, mlflow_artifacts_destination=mlflow_artifacts_destination,
-                 work_pool=work_pool, startup_timeout_s=timeout)
+                 work_pool=work_pool, startup_timeout_s=timeout, postgres_port=postgres_port,
+                 postgres_os_user=postgres_os_user)
     try:
         # Only what was given: ServicesConfig holds the one copy of the defaults
-        config = ServicesConfig(home=home, worker=worker, **{k: v for k, v in given.items() if v is not None})
+        config = ServicesConfig(home=home, worker=worker, postgres=postgres, **{k: v for k, v in given.items() if v is not None})
     except ValidationError as e:
         _invalid(e)
     console.print(f"starting services in {config.home} ...")

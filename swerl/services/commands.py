@@ -7,12 +7,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from swerl.services import health
+from swerl.services import health, postgres
 from swerl.services.config import ServicesConfig
 
 PREFECT_SERVER = "prefect-server"
 MLFLOW = "mlflow"
 PREFECT_WORKER = "prefect-worker"
+POSTGRES = "postgres"
 
 # Settings a caller's environment might carry that would send our server elsewhere than asked
 _PREFECT_DB_VARS = ("PREFECT_SERVER_DATABASE_CONNECTION_URL", "PREFECT_API_DATABASE_CONNECTION_URL")
@@ -34,6 +35,7 @@ class ServiceSpec:
     probe: Callable[[ServicesConfig], tuple[bool, str]]
     # how a user moves the service to another port, quoted when its port is taken
     port_hint: str = ""
+    user: str | None = None  # the account it runs as; None: the caller
 
 
 def env(config: ServicesConfig) -> dict[str, str]:
@@ -46,6 +48,9 @@ def child_env(config: ServicesConfig) -> dict[str, str]:
     environ.update(OFFLINE_ENV)
     environ.update(env(config))
     environ["PREFECT_HOME"] = str(config.prefect_home)
+    if config.postgres:
+        # libpq (MLflow's psycopg2) and asyncpg (Prefect) both read the managed cluster's password there
+        environ["PGPASSFILE"] = str(postgres.pgpass(config))
     return environ
 
 
@@ -57,8 +62,8 @@ def _module(name: str) -> list[str]:
 
 def prefect_server(config: ServicesConfig) -> ServiceSpec:
     environ = child_env(config)
-    if config.prefect_database_url:
-        environ["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = config.prefect_database_url
+    if config.prefect_database():
+        environ["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = config.prefect_database()
     return ServiceSpec(
         name=PREFECT_SERVER,
         command=[*_module("prefect"), "server", "start", "--host", config.host, "--port", str(config.prefect_port),
@@ -93,6 +98,16 @@ def work_pool_create(config: ServicesConfig) -> list[str]:
     return [*_module("prefect"), "work-pool", "create", config.work_pool, "--type", "process"]
 
 
+def postgres_server(config: ServicesConfig) -> ServiceSpec:
+    return ServiceSpec(
+        name=POSTGRES, command=postgres.server_command(config), env=child_env(config), port=config.postgres_port,
+        url=config.postgres_url("").rstrip("/"), probe=postgres.probe,
+        port_hint="--postgres-port (ServicesConfig.postgres_port)", user=postgres.os_user(config),
+    )
+
+
 def all_specs(config: ServicesConfig) -> list[ServiceSpec]:
     specs = [prefect_server(config), mlflow_server(config)]
+    if config.postgres:
+        specs.insert(0, postgres_server(config))
     return specs + [prefect_worker(config)] if config.worker else specs

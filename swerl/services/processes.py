@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 # The group-stopping helpers are swerl's one implementation; swerl.services.stack reaches them here.
-from swerl.util.processes import group_members, is_running, stop_group  # noqa: F401
+from swerl.util.processes import group_members, is_running, reap, stop_group  # noqa: F401
 
 
 @dataclass
@@ -72,15 +72,15 @@ def is_ours(record: PidRecord) -> bool:
 
 
 def start(name: str, command: list[str], env: dict[str, str], cwd: Path, log: Path, port: int | None,
-          run_dir: Path) -> tuple[subprocess.Popen, PidRecord]:
-    """Start `command` in a new session, stdout and stderr appended to `log`, and record it."""
+          run_dir: Path, user: str | None = None) -> tuple[subprocess.Popen, PidRecord]:
+    """Start `command` in a new session (as `user` when given), stdout and stderr appended to `log`, and record it."""
     log.parent.mkdir(parents=True, exist_ok=True)
     cwd.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} swerl up: {' '.join(command)}\n".encode())
         out.flush()
         proc = subprocess.Popen(command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True, user=user)
     record = PidRecord(name=name, pid=proc.pid, command=command, port=port, started_at=time.time())
     record.write(run_dir)
     return proc, record

@@ -12,16 +12,13 @@ from pathlib import Path
 
 import httpx
 
-from swerl.services import commands, processes
+from swerl.services import commands, postgres, processes
 from swerl.services.commands import ServiceSpec
 from swerl.services.config import ServicesConfig, save_config
+from swerl.services.errors import ServicesError
 
 POLL_S = 0.25
 WORK_POOL_CREATE_TIMEOUT_S = 120.0
-
-
-class ServicesError(RuntimeError):
-    """A service could not be started or is not what its pid file says."""
 
 
 @dataclass
@@ -82,7 +79,8 @@ def _check_port(config: ServicesConfig, spec: ServiceSpec) -> None:
 def _start(config: ServicesConfig, spec: ServiceSpec) -> _Running:
     log = _log(config, spec.name)
     offset = log.stat().st_size if log.exists() else 0
-    proc, record = processes.start(spec.name, spec.command, spec.env, config.home, log, spec.port, config.run_dir)
+    proc, record = processes.start(spec.name, spec.command, spec.env, config.home, log, spec.port, config.run_dir,
+                                   user=spec.user)
     return _Running(spec, record, proc, offset)
 
 
@@ -153,7 +151,10 @@ def _stop(config: ServicesConfig, record: processes.PidRecord) -> bool:
     """Stop a recorded service if it is still ours; always forget its pid file. True when something was stopped."""
     stopped = False
     if processes.is_ours(record):
-        processes.stop_group(record.pid, config.stop_timeout_s)
+        if record.name == commands.POSTGRES:
+            postgres.stop(record.pid, config.stop_timeout_s)
+        else:
+            processes.stop_group(record.pid, config.stop_timeout_s)
         stopped = True
     processes.remove_record(config.run_dir, record.name)
     return stopped
@@ -205,6 +206,13 @@ def _up(config: ServicesConfig) -> list[ServiceStatus]:
     try:
         # Both servers start at once, and the worker as soon as the Prefect server answers:
         # each spends most of its start-up importing and migrating, which overlaps well
+        if config.postgres:
+            # Both servers keep their databases there: it runs, and holds them, before either starts
+            t_pg = time.monotonic()
+            if adopted[commands.POSTGRES] is None:
+                postgres.ensure_cluster(config, _log(config, commands.POSTGRES))
+            wait(launch(commands.POSTGRES), t_pg)
+            postgres.ensure_databases(config)
         t0 = time.monotonic()
         server, mlflow = launch(commands.PREFECT_SERVER), launch(commands.MLFLOW)
         wait(server, t0)
@@ -238,7 +246,8 @@ def down(config: ServicesConfig) -> list[str]:
 def _down(config: ServicesConfig) -> list[str]:
     stopped = []
     # The worker goes first so it does not spend its grace period retrying a vanished server
-    for name in (commands.PREFECT_WORKER, commands.MLFLOW, commands.PREFECT_SERVER):
+    # PostgreSQL last: the servers close their connections first
+    for name in (commands.PREFECT_WORKER, commands.MLFLOW, commands.PREFECT_SERVER, commands.POSTGRES):
         record = processes.read_record(config.run_dir, name)
         if record is not None and _stop(config, record):
             stopped.append(name)

@@ -144,12 +144,12 @@ def test_up_refuses_a_bad_option_naming_it():
 @pytest.mark.slow
 def test_a_service_that_fails_to_start_is_reported_with_its_log_and_the_rest_stopped(tmp_path):
     c = ServicesConfig(home=tmp_path, prefect_port=free_port(), mlflow_port=free_port(), worker=False,
-                       mlflow_backend_store_uri="nosuchdb://nowhere", startup_timeout_s=180)
+                       mlflow_backend_store_uri="mysql://nowhere/db", startup_timeout_s=180)
     with pytest.raises(ServicesError) as e:
         up(c)
     message = str(e.value)
     assert message.startswith(f"mlflow exited with code 1 while starting; last lines of {tmp_path}/logs/mlflow.log:\n")
-    assert "nosuchdb" in message.split("\n", 1)[1]  # MLflow's own complaint, quoted
+    assert "MySQLdb" in message.split("\n", 1)[1]  # MLflow's own complaint (no MySQL driver here), quoted
     # the Prefect server it started beside MLflow is stopped again and forgotten
     assert list(c.run_dir.glob("*.json")) == []
     assert (tmp_path / "logs" / "prefect-server.log").exists()
