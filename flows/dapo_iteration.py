@@ -38,7 +38,7 @@ def dapo_iteration(tasks: Path, policy_path: str, policy_version: str, iteration
     it_seed = seed + 1000 * iteration
     stage = rollout_stage(tasks=tasks, repos=repos, model=policy_path, out=out / "rollout", samples=dapo.samples, seed=it_seed,
                           policy_version=policy_version, sampler=sampler, container_label=container_label)
-    rolled = run_chunks(stage, sampler.chunk_size, sampler.chunk_timeout_s)
+    rolled = run_chunks(stage, sampler.chunk_size, sampler.chunk_timeout_s, dask_address=sampler.dask_address)
     trajectories = stored_trajectories(Path(rolled["store"]))
     metrics = prefixed("rollout", rollout_metrics(trajectories, dapo.reward, wall_s=rolled["wall_s"]))
     metrics.update(prefixed("grading", grading_metrics(trajectories)))

@@ -7,6 +7,7 @@ from typing import Any
 from prefect import flow
 
 from flows._hooks import HOOKS
+from swerl.orchestration.fanout import run_tasks
 from swerl.orchestration.inputs import task_inputs
 from swerl.orchestration.params import GradeParams
 from swerl.stages.images import ImagesStage
@@ -34,9 +35,9 @@ def grade(params: GradeParams) -> dict[str, Any]:
     rows = [p.model_dump() for p in preds]
     chunks = [rows[i:i + params.chunk_size] for i in range(0, len(rows), params.chunk_size)]
     parts = [params.out.with_name(f"{params.out.stem}.part{n:04d}.jsonl") for n in range(len(chunks))]
-    futures = [grade_chunk.submit(tasks, chunk, manifest, part, params.concurrency, params.test_timeout_s)
-               for chunk, part in zip(chunks, parts)]
-    results = [f.result() for f in futures]
+    calls = [{"tasks": tasks, "predictions": chunk, "manifest": manifest, "out": part, "concurrency": params.concurrency,
+              "timeout_s": params.test_timeout_s} for chunk, part in zip(chunks, parts)]
+    results = run_tasks(grade_chunk, calls, dask_address=params.dask_address)
     params.out.parent.mkdir(parents=True, exist_ok=True)
     with params.out.open("w") as f:
         for part in parts:

@@ -39,7 +39,7 @@ def rft(tasks: Path, model: str, out: Path, repos: Path | None = None, policy_ve
                                                                  "lr": rft.train.optimizer.lr, "epochs": rft.train.epochs})
     sampling = rollout_stage(tasks=tasks, repos=repos, model=model, out=out / "rollout", samples=rft.samples, seed=seed,
                              policy_version=policy_version, sampler=sampler, container_label=container_label)
-    rolled = run_chunks(sampling, sampler.chunk_size, sampler.chunk_timeout_s)
+    rolled = run_chunks(sampling, sampler.chunk_size, sampler.chunk_timeout_s, dask_address=sampler.dask_address)
     trajectories = stored_trajectories(Path(rolled["store"]))
     metrics = prefixed("rollout", rollout_metrics(trajectories, wall_s=rolled["wall_s"]))
     metrics.update(prefixed("grading", grading_metrics(trajectories)))

