@@ -214,3 +214,61 @@ def test_checkpoints_serve_in_the_hf_engine(runs, torch_run, deepspeed_run):
         engine.close()
     source = AutoTokenizer.from_pretrained(runs.model)  # the tokenizer and chat template travel with the weights
     assert AutoTokenizer.from_pretrained(served).chat_template == source.chat_template is not None
+
+
+# --- two nodes: this machine and a network namespace, over a veth link ---------------------------
+
+
+@pytest.fixture(scope="module")
+def second_node():
+    import random
+    import uuid
+
+    from tests.support import netns
+
+    try:
+        ns = netns.make(f"swtrain{uuid.uuid4().hex[:4]}", f"10.230.{random.randint(1, 250)}")
+    except (RuntimeError, FileNotFoundError) as e:
+        pytest.skip(f"a network namespace cannot be made here: {e}")
+    yield ns
+    netns.remove(ns)
+
+
+def launch_two_nodes(runs: Runs, ns, out: Path, log: Path, resume: bool = False) -> list[subprocess.Popen]:
+    """torchrun on two nodes of one process each: node 0 here (the rendezvous, on the link's host address),
+    node 1 in the namespace; gloo speaks over the link, the checkpoints go to one shared folder."""
+    from tests.support.stacks import free_port
+
+    port = free_port()
+    procs = []
+    for rank, (ifname, wrap) in enumerate(((ns.host_if, lambda c: c), (ns.ns_if, ns.argv))):
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(rank),
+                    "--nproc_per_node", "1", "--master_addr", ns.host_ip, "--master_port", str(port)]
+        worker = [*launcher, *runs.command("deepspeed", out, resume=resume)[1:]]
+        f = log.with_suffix(f".node{rank}.log").open("w")
+        procs.append(subprocess.Popen(wrap(worker), stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                                      env={**env(), "GLOO_SOCKET_IFNAME": ifname}))
+    return procs
+
+
+def test_two_nodes_match_one_and_resume_across_both(runs, deepspeed_run, second_node):
+    out = runs.root / "deepspeed-two-nodes"
+    log = runs.root / "two-nodes.log"
+    procs = launch_two_nodes(runs, second_node, out, log)
+    deadline = time.monotonic() + 600
+    while not step_dir(out, 1).exists():  # killed, both nodes, once the first checkpoint is published
+        assert all(p.poll() is None for p in procs), log.with_suffix(".node0.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "no checkpoint within 600 s"
+        time.sleep(0.02)
+    for p in procs:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    assert latest_checkpoint(out).name < step_dir(out, STEPS).name, "killed too late to test resuming"
+    procs = launch_two_nodes(runs, second_node, out, log.with_name("two-nodes-resumed.log"), resume=True)
+    for rank, p in enumerate(procs):
+        assert p.wait(600) == 0, log.with_name(f"two-nodes-resumed.node{rank}.log").read_text()[-4000:]
+    state = json.loads((step_dir(out, STEPS) / "trainer_state/state.json").read_text())
+    assert (state["world_size"], state["step"], state["data_position"]) == (2, STEPS, {"next_batch": STEPS})
+    assert max_weight_diff(step_dir(deepspeed_run, STEPS), step_dir(out, STEPS)) < TOLERANCE
+    for a, b in zip(metrics(deepspeed_run)[1:], metrics(out)[-2:], strict=True):  # the resumed steps
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6) and a["action_tokens"] == b["action_tokens"]

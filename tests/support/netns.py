@@ -21,6 +21,15 @@ class Namespace:
     def path(self) -> str:
         return f"/run/netns/{self.name}"
 
+    @property
+    def host_if(self) -> str:
+        """The host's end of the veth pair (interface names hold 15 characters)."""
+        return f"{self.name[:11]}h"
+
+    @property
+    def ns_if(self) -> str:
+        return f"{self.name[:11]}n"
+
     def argv(self, command: list[str]) -> list[str]:
         """``command`` run inside the namespace (``nsenter``: works where ``ip netns exec`` may not)."""
         return ["nsenter", f"--net={self.path}", *command]
@@ -36,7 +45,7 @@ def _ip(*args: str, netns: Namespace | None = None) -> None:
 def make(name: str, subnet: str) -> Namespace:
     """Namespace ``name`` at ``<subnet>.2``, the host at ``<subnet>.1`` (``subnet``: three octets, e.g. 10.202.0)."""
     ns = Namespace(name, f"{subnet}.1", f"{subnet}.2")
-    host_end, ns_end = f"{name[:11]}h", f"{name[:11]}n"
+    host_end, ns_end = ns.host_if, ns.ns_if
     _ip("netns", "add", name)
     try:
         _ip("link", "add", host_end, "type", "veth", "peer", "name", ns_end)
@@ -55,5 +64,5 @@ def make(name: str, subnet: str) -> Namespace:
 
 def remove(ns: Namespace) -> None:
     """The namespace and its veth pair (deleting one end deletes both); safe when half made."""
-    subprocess.run(["ip", "link", "delete", f"{ns.name[:11]}h"], capture_output=True)
+    subprocess.run(["ip", "link", "delete", ns.host_if], capture_output=True)
     subprocess.run(["ip", "netns", "delete", ns.name], capture_output=True)
