@@ -24,7 +24,8 @@ def demo_swebench(
     force: bool = typer.Option(False, "--force", help="Rebuild the images even when their tags exist."),
 ) -> None:
     """Write the demo tasks as SWE-bench 5 records (image, eval_script, log_parser, eval_type; no install_config)."""
-    from swerl.demo.swebench_format import EVAL_TYPES, materialize_swebench_demo
+    from swerl.demo.swebench_format import materialize_swebench_demo
+    from swerl.demo.swebench_records import EVAL_TYPES
 
     if eval_type not in EVAL_TYPES:
         _fail(f"--eval-type must be one of {', '.join(EVAL_TYPES)}, got {eval_type!r}")

@@ -1,12 +1,22 @@
 """CLI options declared by config fields. A flag takes its help, bounds and default from the one pydantic
-field it sets, so `swerl rollout` and `swerl train` cannot drift from the stages and the Prefect forms."""
+field it sets, so `swerl rollout` and `swerl train` cannot drift from the stages and the Prefect forms:
+``field_option`` declares one such flag, ``config_options`` every field of a component's model at once
+(a new field is an option without an edit here or in the command)."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from pathlib import Path
+from types import UnionType
+from typing import Annotated, Any, Literal, Optional, TypeVar, Union, get_args, get_origin
 
 import typer
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 M = TypeVar("M", bound=BaseModel)
 _FIELD = object()
@@ -36,3 +46,120 @@ def validated(cls: type[M], what: str, **values: Any) -> M:
         errors = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or cls.__name__}: {err['msg']}" for err in e.errors())
         _fail(f"invalid {what} settings: {errors}")
         raise  # unreachable: _fail exits
+
+
+# ---------------------------------------------------------------------------- a model's fields as options
+
+_SCALARS = (bool, int, float, str, Path)
+
+
+@dataclass(frozen=True)
+class OptionGroup:
+    """One component config's fields as options of a command, handed to it as one dict named ``name``.
+
+    A field appears as ``--<prefix><field-name>`` (``--x/--no-x`` for a switch) with its description
+    as help and its bounds and default shown; a value left out is not passed, so the model's default
+    (and ``model_fields_set``) hold, and the model itself checks every bound, its error naming the
+    field. A field one flag cannot carry (a nested model, a dict) is left to its own group."""
+
+    name: str
+    model: type[BaseModel]
+    panel: str
+    prefix: str = ""
+    skip: tuple[str, ...] = ()
+    short: Mapping[str, str] = dataclass_field(default_factory=dict)
+    preset: Callable[[], BaseModel] | None = None  # the caller's defaults when not the model's own
+
+    def defaults(self) -> dict[str, Any]:
+        """What a field left out comes to: the preset's value, else the model's default."""
+        if self.preset is not None:
+            return dict(self.preset())
+        return {name: info.get_default(call_default_factory=True) for name, info in self.model.model_fields.items()}
+
+    def fields(self) -> dict[str, Any]:
+        """The fields one flag can carry, name -> option type; the others (nested models, dicts) are skipped."""
+        return {name: kind for name, info in self.model.model_fields.items()
+                if name not in self.skip and (kind := option_type(info.annotation)) is not None}
+
+    def flag(self, name: str) -> str:
+        return f"--{self.prefix}{name.replace('_', '-')}"
+
+    def flags(self, name: str, kind: Any) -> list[str]:
+        """The field's flags: ``--x/--no-x`` for a switch, then its short flag, if any."""
+        flag = self.flag(name)
+        long = f"{flag}/--no-{flag[2:]}" if kind is bool else flag
+        return [long, *([self.short[name]] if name in self.short else [])]
+
+
+def option_type(annotation: Any) -> Any | None:
+    """The type an option parses a field as: a scalar, a Literal of strings, or a list of scalars (a repeated
+    flag); None for what one flag cannot carry (models, unions of models, dicts)."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return option_type(args[0])
+    if origin in (Union, UnionType):
+        present = [a for a in args if a is not type(None)]
+        return option_type(present[0]) if len(present) == 1 else None
+    if origin is Literal:
+        return annotation if all(isinstance(a, str) for a in args) else None
+    if origin in (list, tuple):
+        inner = option_type(args[0]) if args else None
+        return list[inner] if inner in _SCALARS else None
+    return annotation if annotation in _SCALARS else None
+
+
+def _bounds(info: FieldInfo) -> str:
+    said = [f"{op} {getattr(meta, key)}" for meta in info.metadata
+            for key, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if getattr(meta, key, None) is not None]
+    return f" [{', '.join(said)}]" if said else ""
+
+
+def _group_parameters(group: OptionGroup) -> list[tuple[inspect.Parameter, str]]:
+    """(the command's parameter, the field it sets) for every field of the group."""
+    out, defaults = [], group.defaults()
+    for name, kind in group.fields().items():
+        info, default = group.model.model_fields[name], defaults[name]
+        flags = group.flags(name, kind)
+        # None: left out, so the model's default stands; pydantic, not click, checks bounds (gt/lt included)
+        option = typer.Option(None, *flags, help=f"{info.description or ''}{_bounds(info)}", rich_help_panel=group.panel,
+                              show_default=str(list(default) if isinstance(default, tuple) else default))
+        out.append((inspect.Parameter(f"{group.name}__{name}", inspect.Parameter.KEYWORD_ONLY, default=option,
+                                      annotation=Optional[kind]), name))
+    return out
+
+
+def config_options(*groups: OptionGroup) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command one option per field of each group's model, in place of its parameters named after the
+    groups, which receive the values given (``{"max_turns": 4}``) to build the models with."""
+
+    def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
+        own = [p for p in inspect.signature(func, eval_str=True).parameters.values() if p.name not in {g.name for g in groups}]
+        sets: dict[str, tuple[str, str]] = {}
+        # the command's own flags too: a component field named like one of them must be skipped or prefixed
+        flags = {flag: f"the command's {p.name}" for p in own for flag in getattr(p.default, "param_decls", ()) or ()}
+        generated = []
+        for group in groups:
+            for param, name in _group_parameters(group):
+                for flag in param.default.param_decls:
+                    if flag in flags:
+                        raise ValueError(f"{flag} would set both {flags[flag]} and {group.model.__name__}.{name}")
+                    flags[flag] = f"{group.model.__name__}.{name}"
+                sets[param.name] = (group.name, name)
+                generated.append(param)
+
+        @functools.wraps(func)
+        def command(**kwargs: Any) -> Any:
+            given: dict[str, dict[str, Any]] = {g.name: {} for g in groups}
+            for pname, (group_name, name) in sets.items():
+                value = kwargs.pop(pname)
+                if value is not None and value != []:
+                    given[group_name][name] = value
+            return func(**kwargs, **given)
+
+        params = own + generated
+        del command.__wrapped__  # typer must read the signature below, not func's
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return wrap

@@ -10,36 +10,37 @@ import typer
 
 from swerl.agent.loop import AgentConfig
 from swerl.cli import CaOpt, LogDirOpt, ReposOpt, SkipOpt, TasksOpt, _docker_ready, _fail, app, console
-from swerl.cli.options import field_option, validated
+from swerl.cli.options import OptionGroup, config_options, field_option, validated
 from swerl.cli.progress import bar
+from swerl.envs.docker_sandbox import DockerSandboxConfig
 from swerl.inference.base import SamplingConfig
+from swerl.rollout.runner import agent_sandbox
 from swerl.stages.rollout import RolloutStage, SamplerConfig
 
-EngineOpt = field_option(SamplerConfig, "engine", "--engine")
 ModelOpt = typer.Option(..., "--model", help="Model folder or hub name (for --engine openai: the served model name).")
 OutOpt = typer.Option(..., "--out", help="Run folder: trajectories/*.parquet, summary.json; a rerun resumes it.")
-# options `rollout` and `eval` share, each declared by the config field it sets
-ConcurrencyOpt = field_option(SamplerConfig, "concurrency", "--concurrency", "-j")
-MaxTurnsOpt = field_option(AgentConfig, "max_turns", "--max-turns")
-MaxContextOpt = field_option(AgentConfig, "max_context", "--max-context")
-MaxNewTokensOpt = field_option(AgentConfig, "max_new_tokens", "--max-new-tokens")
-CommandTimeoutOpt = field_option(AgentConfig, "command_timeout_s", "--command-timeout")
-DeadlineOpt = field_option(AgentConfig, "deadline_s", "--deadline")
+# the stage's own options; the components' (engine, agent, sampling, sandbox) come from their models below
 SeedOpt = field_option(RolloutStage, "seed", "--seed")
-BaseUrlOpt = field_option(SamplerConfig, "base_url", "--base-url")
 TokenizerOpt = field_option(RolloutStage, "tokenizer", "--tokenizer")
 PolicyVersionOpt = field_option(RolloutStage, "policy_version", "--policy-version")
-PromptDirOpt = field_option(AgentConfig, "prompt_dir", "--prompt-dir")
-TorchThreadsOpt = field_option(SamplerConfig, "torch_threads", "--torch-threads")
-TemperatureOpt = field_option(SamplingConfig, "temperature", "--temperature")
+
+SAMPLER = OptionGroup("sampler", SamplerConfig, panel="Engine", short={"concurrency": "-j"})
+AGENT = OptionGroup("agent", AgentConfig, panel="Agent")
+# the reply cap is agent.max_new_tokens; each trajectory's seed derives from the stage's --seed
+SAMPLING = OptionGroup("sampling", SamplingConfig, panel="Sampling", skip=("max_new_tokens", "seed"))
+# the docker backend's settings over an agent's defaults; run_id is the stage's own label, kind is docker's
+SANDBOX = OptionGroup("sandbox", DockerSandboxConfig, panel="Sandbox (docker)", prefix="sandbox-", skip=("kind", "run_id"),
+                      preset=agent_sandbox)
+COMPONENTS = (SAMPLER, AGENT, SAMPLING, SANDBOX)
 
 
-def _stage(tasks: Path, model: str, engine: str, samples: int, out: Path, repos: Optional[Path], ca_cert: Optional[list[Path]],
-           concurrency: int, agent: dict, seed: Optional[int], base_url: Optional[str], tokenizer: Optional[str], grade: bool,
-           policy_version: str, skip_invalid: bool, log_dir: Path, torch_threads: Optional[int], temperature: float):
+def _stage(tasks: Path, model: str, samples: int, out: Path, repos: Optional[Path], ca_cert: Optional[list[Path]],
+           seed: Optional[int], tokenizer: Optional[str], grade: bool, policy_version: str, skip_invalid: bool, log_dir: Path,
+           components: dict[str, dict]):
     """The stage the options describe; refused (exit 2) before Docker is touched when a setting or a rule is broken."""
-    sampler = validated(SamplerConfig, "rollout", engine=engine, base_url=base_url, torch_threads=torch_threads,
-                        concurrency=concurrency, agent=agent, sampling={"temperature": temperature})
+    sandbox = {**SANDBOX.defaults(), **components["sandbox"]}
+    sampler = validated(SamplerConfig, "rollout", **components["sampler"], agent=components["agent"],
+                        sampling=components["sampling"], sandbox=sandbox)
     stage = validated(RolloutStage, "rollout", tasks=tasks, repos=repos, ca_certs=ca_cert, model=model, samples=samples,
                       out=out, seed=seed, tokenizer=tokenizer, grade=grade, policy_version=policy_version, log_dir=log_dir,
                       skip_invalid=skip_invalid, sampler=sampler)
@@ -83,59 +84,41 @@ def _run(stage, evaluate: bool):
 
 
 @app.command("rollout")
+@config_options(*COMPONENTS)
 def rollout_cmd(
-    tasks: Path = TasksOpt, model: str = ModelOpt, engine: str = EngineOpt,
+    tasks: Path = TasksOpt, model: str = ModelOpt,
     samples: int = typer.Option(1, "--samples", "-G", min=1, max=1024, help="Trajectories per task."),
     out: Path = OutOpt, repos: Optional[Path] = ReposOpt, ca_cert: Optional[list[Path]] = CaOpt,
-    concurrency: int = ConcurrencyOpt,
-    max_turns: int = MaxTurnsOpt,
-    max_context: Optional[int] = MaxContextOpt,
-    max_new_tokens: int = MaxNewTokensOpt,
-    command_timeout: float = CommandTimeoutOpt,
-    deadline: float = DeadlineOpt,
     seed: Optional[int] = SeedOpt,
-    base_url: Optional[str] = BaseUrlOpt,
     tokenizer: Optional[str] = TokenizerOpt,
     grade: bool = typer.Option(True, "--grade/--no-grade", help="Grade every trajectory in a fresh sandbox."),
     policy_version: str = PolicyVersionOpt,
     skip_invalid: bool = SkipOpt, log_dir: Path = LogDirOpt,
-    prompt_dir: Optional[Path] = PromptDirOpt,
-    torch_threads: Optional[int] = TorchThreadsOpt,
-    temperature: float = TemperatureOpt,
+    sampler: dict = {}, agent: dict = {}, sampling: dict = {}, sandbox: dict = {},  # noqa: B006 (config_options fills them)
 ) -> None:
     """Roll the agent out on a task set: G samples per task, graded, appended to Parquet (resumable)."""
-    agent = dict(max_turns=max_turns, max_context=max_context, max_new_tokens=max_new_tokens, command_timeout_s=command_timeout,
-                 deadline_s=deadline, prompt_dir=prompt_dir)
-    summary, _ = _run(_stage(tasks, model, engine, samples, out, repos, ca_cert, concurrency, agent, seed, base_url, tokenizer,
-                             grade, policy_version, skip_invalid, log_dir, torch_threads, temperature), evaluate=False)
+    components = dict(sampler=sampler, agent=agent, sampling=sampling, sandbox=sandbox)
+    summary, _ = _run(_stage(tasks, model, samples, out, repos, ca_cert, seed, tokenizer, grade, policy_version, skip_invalid,
+                             log_dir, components), evaluate=False)
     raise typer.Exit(1 if summary.exit_reasons.get("error") else 0)
 
 
 @app.command("eval")
+@config_options(*COMPONENTS)
 def eval_cmd(
-    tasks: Path = TasksOpt, model: str = ModelOpt, engine: str = EngineOpt,
+    tasks: Path = TasksOpt, model: str = ModelOpt,
     runs: int = typer.Option(1, "--runs", "-k", min=1, max=1024, help="Independent runs per task (the paper: 10)."),
     out: Path = OutOpt, repos: Optional[Path] = ReposOpt, ca_cert: Optional[list[Path]] = CaOpt,
-    concurrency: int = ConcurrencyOpt,
-    max_turns: int = MaxTurnsOpt,
-    max_context: Optional[int] = MaxContextOpt,
-    max_new_tokens: int = MaxNewTokensOpt,
-    command_timeout: float = CommandTimeoutOpt,
-    deadline: float = DeadlineOpt,
     seed: Optional[int] = SeedOpt,
-    base_url: Optional[str] = BaseUrlOpt,
     tokenizer: Optional[str] = TokenizerOpt,
     policy_version: str = PolicyVersionOpt,
     skip_invalid: bool = SkipOpt, log_dir: Path = LogDirOpt,
-    prompt_dir: Optional[Path] = PromptDirOpt,
-    torch_threads: Optional[int] = TorchThreadsOpt,
-    temperature: float = TemperatureOpt,
+    sampler: dict = {}, agent: dict = {}, sampling: dict = {}, sandbox: dict = {},  # noqa: B006 (config_options fills them)
 ) -> None:
     """Pass@1 as the mean over k runs with its standard error, and unbiased Pass@k; writes eval.json."""
-    agent = dict(max_turns=max_turns, max_context=max_context, max_new_tokens=max_new_tokens, command_timeout_s=command_timeout,
-                 deadline_s=deadline, prompt_dir=prompt_dir)
-    _, report = _run(_stage(tasks, model, engine, runs, out, repos, ca_cert, concurrency, agent, seed, base_url, tokenizer, True,
-                            policy_version, skip_invalid, log_dir, torch_threads, temperature), evaluate=True)
+    components = dict(sampler=sampler, agent=agent, sampling=sampling, sandbox=sandbox)
+    _, report = _run(_stage(tasks, model, runs, out, repos, ca_cert, seed, tokenizer, True, policy_version, skip_invalid,
+                            log_dir, components), evaluate=True)
     ks = ", ".join(f"Pass@{k} {v:.1%}" for k, v in report.pass_at_k.items())
     print(f"Pass@1 = {report.pass_at_1:.1%} ± {report.pass_at_1_sem:.1%} (mean ± SEM over {runs} runs, {report.tasks} tasks); {ks}")
     if report.infra_failed:

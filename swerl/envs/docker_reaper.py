@@ -24,10 +24,14 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def reap_containers(*, run_id: str | None = None, everything: bool = False) -> list[str]:
-    """Remove swerl containers whose owner died, whose lifetime passed, or (with ``run_id``) of one run."""
+def reap_containers(*, run_id: str | None = None, everything: bool = False, within_run: str | None = None) -> list[str]:
+    """Remove swerl containers whose owner died, whose lifetime passed, or (with ``run_id``) of one run.
+
+    ``within_run`` looks only at that run's containers, so a caller (a test) that shares the daemon
+    with other work removes nothing it did not create."""
     host, now, removed = socket.gethostname(), time.time(), []
-    for c in _listed(filters={"label": f"{labels.MANAGED}=1"}):
+    scope = [f"{labels.MANAGED}=1"] + ([f"{labels.RUN_ID}={within_run}"] if within_run else [])
+    for c in _listed(filters={"label": scope}):
         lbl = c.attrs.get("Labels") or {}
         dead_owner = lbl.get(labels.OWNER_HOST) == host and not _pid_alive(int(lbl.get(labels.OWNER_PID, "0") or 0))
         expired = float(lbl.get(labels.EXPIRES_AT, "inf")) < now

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -152,7 +153,7 @@ def test_cancelling_a_pipeline_run_removes_its_sandboxes_and_processes(stack, de
     from swerl.envs.docker_sandbox import running_containers
 
     api = stack["PREFECT_API_URL"]
-    name = "cancel-me"
+    name = f"cancel-me-{uuid.uuid4().hex[:8]}"  # its sandboxes' label: others' runs share the daemon
     params = {"params": {"name": name, "run_root": str(tmp_path / "runs"), "tasks": str(task_slice), "repos": str(demo.repos_dir),
                          "validate_runs": 0, "eval": {"runs": 4},
                          "sampler": {"engine": "hf", "concurrency": 3, "agent": {"max_turns": 40, "max_new_tokens": 64}}}}

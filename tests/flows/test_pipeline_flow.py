@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ import pytest
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "e2e"
+NAME = f"e2e-{uuid.uuid4().hex[:8]}"  # its sandboxes' label: unique, as other work shares the daemon
 STAGES = ["images", "validate", "start-policy", "eval-start", "rft", "eval-rft", "iter-1", "eval-iter-1", "iter-2", "eval-iter-2"]
 CHILD_RUNS = ["eval-start", "rft", "eval-rft", "iter-1", "eval-iter-1", "iter-2", "eval-iter-2"]
 

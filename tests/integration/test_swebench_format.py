@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from swerl.data.loaders import load_tasks
-from swerl.demo.swebench_format import ENV_PREFIX, materialize_swebench_demo
+from swerl.demo.conda_layout import ENV_PREFIX
+from swerl.demo.swebench_format import materialize_swebench_demo
 from swerl.envs import labels
 from swerl.grading.grader import GradingConfig, grade_many
 from swerl.grading.validate import ValidationConfig, validate_tasks

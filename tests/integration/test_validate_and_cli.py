@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from swerl.envs import labels
 from swerl.envs.docker_client import docker_client
 from swerl.grading.grader import GradingConfig, grade_prediction
 from swerl.grading.results import FailureClass
@@ -19,12 +22,17 @@ SWERL = [sys.executable, "-m", "swerl.cli"]
 
 
 def containers_of(pid: int) -> list[str]:
-    """Sandboxes the process ``pid`` started that are still there (other work shares the daemon)."""
-    return [c.name for c in docker_client().containers.list(all=True, filters={"label": [f"swerl.owner_pid={pid}", "swerl.kind=sandbox"]})]
+    """Sandboxes the process ``pid`` of this host started that are still there: other work shares
+    the daemon, and a pid alone may be another host's (sparse: a full listing fails when a
+    container removes itself while it is inspected)."""
+    owner = [f"{labels.OWNER_PID}={pid}", f"{labels.OWNER_HOST}={socket.gethostname()}", f"{labels.KIND}=sandbox"]
+    return [c.attrs["Names"][0].lstrip("/") for c in docker_client().containers.list(all=True, sparse=True, filters={"label": owner})]
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    with subprocess.Popen([*SWERL, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    # its own verdict cache: verdicts another command cached would make this one grade nothing
+    env = {**os.environ, "SWERL_CACHE_DIR": str(cwd / "swerl-cache")}
+    with subprocess.Popen([*SWERL, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         out, err = proc.communicate(timeout=1500)
     done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     done.pid = proc.pid  # type: ignore[attr-defined]
