@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import netns
-from tests.support.stacks import free_port, own_stack
+from tests.support.stacks import free_port, own_stack, prefect_api_of
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -93,9 +93,7 @@ def cluster(hosts, stack, tmp_path_factory):
 
 
 def _settings(stack):
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    return temporary_settings({PREFECT_API_URL: stack.prefect_api_url})
+    return prefect_api_of(stack.prefect_api_url)
 
 
 def test_rollout_chunks_run_on_the_workers_of_both_hosts(stack, cluster, docker_ready, demo, task_slice, tiny_model_dir,

@@ -82,10 +82,10 @@ def stack(config):
 
 @pytest.fixture
 def api(config):
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from tests.support.stacks import prefect_api_of
 
-    with temporary_settings(updates={PREFECT_API_URL: config.prefect_api_url}):
-        yield config.prefect_api_url
+    with prefect_api_of(config.prefect_api_url) as url:
+        yield url
 
 
 def fake_checkpoint(folder: Path) -> Path:

@@ -25,3 +25,20 @@ def own_stack(home: Path, **settings) -> Iterator:
         yield config
     finally:
         down(config)
+
+
+@contextmanager
+def prefect_api_of(url: str) -> Iterator[str]:
+    """The Prefect client settings pointed at ``url`` for the block; on leaving it, the run-log and event
+    workers send what they hold while that server still answers. Otherwise they keep it queued for a
+    server that is gone, and the session's last drain (prefect_test_harness) waits on it forever."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: url}):
+        try:
+            yield url
+        finally:
+            APILogWorker.drain_all(timeout=30)
+            EventsWorker.drain_all(timeout=30)
