@@ -10,7 +10,7 @@ Placement: a sandbox goes to the healthy host with the lowest ``live / max_concu
 earlier host on a tie); when every healthy host is full, the start waits. Sandboxes count
 process-wide per host URL, so the agent's and the graders' sandboxes share one bound.
 
-A host that stops answering fails only its own sandboxes, each with a plain SandboxError (an
+A host that stops answering fails only its own sandboxes, each with HostLost (a SandboxError: an
 infrastructure error, never the command's fault); it is left out of placement for
 ``unhealthy_s``, so the retry that follows (grading's ``infra_retries``, a rollout stage's rerun
 of its infrastructure failures) lands on another host.
@@ -33,7 +33,7 @@ from swerl.envs.docker_client import docker_client
 from swerl.envs.docker_config import DockerSandboxConfig
 from swerl.envs.docker_reaper import remember_host
 from swerl.envs.docker_sandbox import DockerSandbox
-from swerl.envs.sandbox import ExecResult, SandboxError
+from swerl.envs.sandbox import ExecResult, HostLost, SandboxError
 
 T = TypeVar("T")
 _FAILURES = (SandboxError, DockerException, RequestException)
@@ -259,7 +259,7 @@ class HostSandbox:
 
     def _guarded(self, call: Callable[[], T]) -> T:
         """``call()``; when it fails and the host no longer answers, the host is marked unhealthy and the failure
-        becomes a plain SandboxError (infrastructure: never blamed on the command, retried elsewhere)."""
+        becomes HostLost (infrastructure: never blamed on the command, retried elsewhere)."""
         try:
             return call()
         except _FAILURES as e:
@@ -267,7 +267,7 @@ class HostSandbox:
             if host is None or host.answers():
                 raise
             mark_unhealthy(host, self.config.unhealthy_s)
-            raise SandboxError(f"Docker host {host.url} stopped answering ({type(e).__name__}: {str(e)[:300]}); it is "
+            raise HostLost(f"Docker host {host.url} stopped answering ({type(e).__name__}: {str(e)[:300]}); it is "
                                f"left out of placement for {self.config.unhealthy_s:.0f}s") from e
 
     def close(self) -> None:
@@ -317,6 +317,14 @@ class HostSandbox:
         return self._guarded(lambda: self._running().diff())
 
 
+def on_agents_pool(agent_sandbox: object, grading_sandbox: T) -> DockerHostsConfig | T:
+    """Where a rollout's graders run: on the agents' pool when they have one (with the graders' own container
+    settings), else ``grading_sandbox`` as it is."""
+    if isinstance(agent_sandbox, DockerHostsConfig) and isinstance(grading_sandbox, DockerSandboxConfig):
+        return agent_sandbox.model_copy(update={"container": grading_sandbox}, deep=True)
+    return grading_sandbox
+
+
 def hosts_in(value: Any) -> list[str]:
     """The URL of every Docker host named by a ``docker_hosts`` sandbox config anywhere in ``value`` (a config
     model, or flow parameters as models, dicts and lists): what a reap of that run must cover."""
@@ -342,4 +350,4 @@ def hosts_in(value: Any) -> list[str]:
 
 
 __all__ = ["DockerHost", "DockerHostConfig", "DockerHostsConfig", "HostSandbox", "docker_host", "ensure_image",
-           "hosts_in"]
+           "hosts_in", "on_agents_pool"]

@@ -15,12 +15,16 @@ import uuid
 
 import pytest
 
+from swerl.agent.loop import AgentConfig
 from swerl.envs.docker_config import DockerSandboxConfig
 from swerl.envs.docker_hosts import DockerHostsConfig, HostSandbox, docker_host, ensure_image, hosts_in
+from swerl.envs import docker_reaper
 from swerl.envs.docker_reaper import reap_containers, running_containers
 from swerl.envs.factory import make_sandbox
-from swerl.envs.sandbox import RunnerFailed, SandboxError
+from swerl.envs.sandbox import HostLost, SandboxError
 from swerl.grading.grader import GradingConfig, grade_prediction
+from swerl.stages.errors import InfraFailureRate
+from swerl.stages.rollout import RolloutStage, SamplerConfig, run_eval
 from tests.support.netns_docker import NamespaceUnavailable, netns_dockerd
 
 LOCAL = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
@@ -134,9 +138,8 @@ def test_a_dead_host_fails_only_its_sandboxes_and_the_retry_lands_elsewhere(host
         local_sb.start(), remote_sb.start()
         assert (local_sb.host_url, remote_sb.host_url) == (LOCAL, host2.url)
         host2.kill()
-        with pytest.raises(SandboxError, match="stopped answering") as failed:
+        with pytest.raises(HostLost, match="stopped answering"):  # infrastructure, never blamed on the command
             remote_sb.exec("echo hi")
-        assert not isinstance(failed.value, RunnerFailed)  # infrastructure, never blamed on the command
         assert local_sb.exec("echo still here").output.strip() == "still here"
         remote_sb.close()  # the host is gone: closing its sandbox must not raise
         time.sleep(1.1)  # unhealthy_s passes: the dead host is tried again, and the grading's first attempt lands there
@@ -152,8 +155,46 @@ def test_a_dead_host_fails_only_its_sandboxes_and_the_retry_lands_elsewhere(host
         remote_sb.close()
 
 
+def test_a_host_killed_mid_rollout_loses_no_finished_trajectory_and_the_rerun_completes_on_the_other(
+        host2, image, demo, demo_images, tiny_model_dir, tmp_path):
+    if host2.process.poll() is not None:
+        host2.start()
+    iid = next(i for i, img in demo_images.items() if img == image)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(ln + "\n" for ln in demo.tasks_file.read_text().splitlines() if f'"{iid}"' in ln))
+    sandbox = DockerHostsConfig(hosts=[{"url": LOCAL, "max_concurrency": 2}, {"url": host2.url, "max_concurrency": 2}],
+                                container=DockerSandboxConfig(exec_channel=True), unhealthy_s=600)
+    stage = RolloutStage(tasks=tasks, repos=demo.repos_dir, model=str(tiny_model_dir), out=tmp_path / "eval", samples=4,
+                         log_dir=tmp_path / "logs", run_id=RUN_ID, sampler=SamplerConfig(
+                             engine="scripted", concurrency=4, agent=AgentConfig(max_turns=20), sandbox=sandbox))
+    remote, killed = docker_host(host2.url), threading.Event()
+
+    def kill_when_busy() -> None:  # four pairs start at once: two on each host; the remote one dies under them
+        deadline = time.monotonic() + 120
+        while remote.live < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        host2.kill()
+        killed.set()
+
+    watcher = threading.Thread(target=kill_when_busy)
+    watcher.start()
+    try:
+        with pytest.raises(InfraFailureRate, match=r"^2 of 4 \(task, sample\) pairs \(50%\) failed for infrastructure"):
+            run_eval(stage)
+        watcher.join()
+        assert killed.is_set()
+        report, result = run_eval(stage)  # the dead host is left out: both pairs redo on this one
+        assert (result.summary.skipped, result.summary.produced, result.summary.infra_failed) == (2, 2, 0)
+        assert (report.pass_at_1, report.infra_failed) == (1.0, 0)
+        assert on_host(LOCAL) == []
+    finally:
+        watcher.join()
+        remote.unhealthy_until = 0.0  # the next tests bring the host back
+
+
 def test_reaping_cleans_every_host_of_the_pool(host2, image):
-    host2.start()  # the host comes back; what it ran before it died may still be listed
+    if host2.process.poll() is not None:
+        host2.start()  # the host comes back; what it ran before it died may still be listed
     config = pool(host2)
     left = [make_sandbox(config, image) for _ in range(4)]
     for sb in left:
@@ -178,3 +219,30 @@ def test_a_pool_sandbox_is_a_docker_sandbox_on_its_host(host2, image):
         assert {a.host_url, b.host_url} == {LOCAL, host2.url}
         assert "notes/x.txt" in a.diff() and b.diff() == ""
     assert on_host(LOCAL) == [] and on_host(host2.url) == []
+
+
+def test_a_cancelled_pipelines_hook_reaps_its_sandboxes_on_every_host_of_its_pool(host2, image):
+    from types import SimpleNamespace
+
+    from flows._hooks import container_label, reap_run_containers
+
+    name = f"hosts-{uuid.uuid4().hex[:6]}"
+    config = pool(host2)
+    config.run_id = container_label(name)
+    left = [make_sandbox(config, image) for _ in range(2)]
+    for sb in left:
+        sb.start()
+    assert {sb.host_url for sb in left} == {LOCAL, host2.url}
+    # flow-run parameters arrive in their JSON form: the pool is found in them, wherever it is; the hook may run in a
+    # process whose pools never used the host, so this one's memory of hosts is set aside meanwhile
+    params = {"params": {"name": name, "rft": {"sampler": {"sandbox": config.model_dump(mode="json")}}}}
+    known = dict(docker_reaper._known_hosts)
+    docker_reaper._known_hosts.clear()
+    try:
+        assert len(running_containers(container_label(name))) == 1  # the local one only: the host is not known
+        reap_run_containers(None, SimpleNamespace(parameters=params), None)
+    finally:
+        docker_reaper._known_hosts.update(known)
+    assert running_containers(container_label(name), hosts=[host2.url]) == []
+    for sb in left:
+        sb.close()
