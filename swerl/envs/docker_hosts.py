@@ -13,11 +13,13 @@ process-wide per host URL, so the agent's and the graders' sandboxes share one b
 A host that stops answering fails only its own sandboxes, each with HostLost (a SandboxError: an
 infrastructure error, never the command's fault); it is left out of placement for
 ``unhealthy_s``, so the retry that follows (grading's ``infra_retries``, a rollout stage's rerun
-of its infrastructure failures) lands on another host.
+of its infrastructure failures) lands on another host; after that it is pinged before its next
+sandbox, and left out again while it does not answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -106,7 +108,8 @@ class DockerHost:
     def answers(self) -> bool:
         """Whether the daemon answers a ping within a few seconds."""
         try:
-            return bool(docker.APIClient(base_url=self.url, timeout=5).ping())
+            with contextlib.closing(docker.APIClient(base_url=self.url, timeout=5)) as api:
+                return bool(api.ping())
         except (DockerException, RequestException, OSError):
             return False
 
@@ -237,7 +240,14 @@ class HostSandbox:
         if self._slots is not None:
             self._slots.acquire()
             self._holds_slot = True
-        self._host = place(self.config)
+        while True:
+            self._host = place(self.config)
+            if self._host.unhealthy_until == 0.0 or self._host.answers():  # one that failed before is probed first
+                self._host.unhealthy_until = 0.0
+                break
+            mark_unhealthy(self._host, self.config.unhealthy_s)
+            release(self._host)
+            self._host = None
         ensure_image(self._host, self.image)
         self._inner = DockerSandbox(self.image, self.config.container, base_commit=self._base_commit,
                                     preload=self._preload, client=self._host.client())

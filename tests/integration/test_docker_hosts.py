@@ -132,24 +132,28 @@ def test_a_demo_task_is_graded_on_the_remote_host(host2, image, demo_tasks, demo
 
 def test_a_dead_host_fails_only_its_sandboxes_and_the_retry_lands_elsewhere(host2, image, demo_tasks, demo_images,
                                                                               tmp_path):
-    config = pool(host2, unhealthy_s=1.0)
+    config = pool(host2, local_max=2, remote_max=4, unhealthy_s=1.0)
     local_sb, remote_sb = make_sandbox(config, image), make_sandbox(config, image)
     try:
         local_sb.start(), remote_sb.start()
         assert (local_sb.host_url, remote_sb.host_url) == (LOCAL, host2.url)
         host2.kill()
-        with pytest.raises(HostLost, match="stopped answering"):  # infrastructure, never blamed on the command
-            remote_sb.exec("echo hi")
-        assert local_sb.exec("echo still here").output.strip() == "still here"
-        remote_sb.close()  # the host is gone: closing its sandbox must not raise
-        time.sleep(1.1)  # unhealthy_s passes: the dead host is tried again, and the grading's first attempt lands there
+        # 1/2 here against 1/4 there: the grading's first attempt goes to the dead host, its retry here
         iid = next(i for i, img in demo_images.items() if img == image)
         task = demo_tasks[iid]
         grading = GradingConfig(sandbox=config.model_copy(update={"container": DockerSandboxConfig(
             output_limit_bytes=4_000_000, sweep_after_exec=True, run_id=RUN_ID)}), infra_retries=1, log_dir=tmp_path)
         res = grade_prediction(task, task.patch, image, grading)
         assert (res.resolved, res.failure_class, res.attempts) == (True, None, 2), res.reason
-        assert docker_host(host2.url).unhealthy_until > time.monotonic() - 1.0
+        with pytest.raises(HostLost, match="stopped answering"):  # infrastructure, never blamed on the command
+            remote_sb.exec("echo hi")
+        assert local_sb.exec("echo still here").output.strip() == "still here"
+        remote_sb.close()  # the host is gone: closing its sandbox must not raise
+        time.sleep(1.1)  # unhealthy_s passed: the host is pinged before it gets a sandbox again, and left out
+        probed = time.monotonic()
+        with make_sandbox(config, image) as again:
+            assert again.host_url == LOCAL
+        assert docker_host(host2.url).unhealthy_until > probed + 1.0
     finally:
         local_sb.close()
         remote_sb.close()
@@ -171,20 +175,23 @@ def test_a_host_killed_mid_rollout_loses_no_finished_trajectory_and_the_rerun_co
 
     def kill_when_busy() -> None:  # four pairs start at once: two on each host; the remote one dies under them
         deadline = time.monotonic() + 120
-        while remote.live < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        while len(on_host(host2.url)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
         host2.kill()
         killed.set()
 
     watcher = threading.Thread(target=kill_when_busy)
     watcher.start()
     try:
-        with pytest.raises(InfraFailureRate, match=r"^2 of 4 \(task, sample\) pairs \(50%\) failed for infrastructure"):
+        # the remote agents' pairs fail for infrastructure (one may have finished, its grading then retried here)
+        with pytest.raises(InfraFailureRate, match=r"^[12] of 4 \(task, sample\) pairs \(\d+%\) failed for infrastructure"
+                           ) as too_many:
             run_eval(stage)
         watcher.join()
         assert killed.is_set()
-        report, result = run_eval(stage)  # the dead host is left out: both pairs redo on this one
-        assert (result.summary.skipped, result.summary.produced, result.summary.infra_failed) == (2, 2, 0)
+        failed = int(str(too_many.value)[0])
+        report, result = run_eval(stage)  # the dead host is left out: the failed pairs redo on this one
+        assert (result.summary.skipped, result.summary.produced, result.summary.infra_failed) == (4 - failed, failed, 0)
         assert (report.pass_at_1, report.infra_failed) == (1.0, 0)
         assert on_host(LOCAL) == []
     finally:
