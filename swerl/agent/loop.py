@@ -147,7 +147,8 @@ class Agent:
             traj.exit_reason, traj.error = ExitReason.error, f"{type(e).__name__}: {e}"
         except Exception as e:  # a bug must not take the batch down; it is recorded and visible
             traj.exit_reason, traj.error = ExitReason.error, f"unexpected {type(e).__name__}: {e}"
-        if traj.exit_reason is ExitReason.submitted or (cfg.collect_patch_on_exit and traj.exit_reason is not ExitReason.error):
+        if traj.exit_reason is ExitReason.submitted or (cfg.collect_patch_on_exit and traj.exit_reason not in (
+                ExitReason.error, ExitReason.infra_error)):
             try:
                 traj.patch = await asyncio.to_thread(sandbox.diff)
             except SandboxError as e:

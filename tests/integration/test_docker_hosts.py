@@ -40,6 +40,14 @@ def host2(docker_ready):
         pytest.skip(f"no second Docker daemon can be made here: {e}")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def nothing_left(host2):
+    """After the module: none of its containers on either host (the last tests leave the second one running)."""
+    yield
+    assert host2.process.poll() is None, "the second daemon should be back up for the leak check"
+    assert (on_host(LOCAL), on_host(host2.url)) == ([], [])
+
+
 @pytest.fixture(scope="module")
 def image(demo_images, host2) -> str:
     return sorted(demo_images.values())[0]
