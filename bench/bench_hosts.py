@@ -1,12 +1,17 @@
-"""Sandbox start latency on a remote Docker host against the local daemon, side by side in one run.
+"""Sandbox start latency on a remote Docker host against the local daemon, side by side in one run, and
+the wall time of one rollout batch on one host against two.
 
-    .venv/bin/python bench/bench_hosts.py [--starts 10]
+    .venv/bin/python bench/bench_hosts.py [--starts 10] [--rollouts 8]
 
 The "remote" host is a second dockerd in a network namespace on this machine, reached over TCP
 through a veth pair (tests/support/netns_docker.py; needs root): it measures the TCP API path and
 the pool's own overhead, not a real network's latency. Prints the image's save/load time to the
 host, then per host: a sandbox's start (container, runner, probes) and close, and a grading-style
 ``run_once`` (one container start with its command), each through the pool (``HostSandbox``).
+Then ``--rollouts`` scripted gold-patch trajectories of one demo task, graded, all at once: on the
+local daemon alone, then spread over both (half the places each). Both daemons share this machine's
+cores, so the two-host figure shows the pool's overhead, not a speed-up: on real hosts the
+containers' CPU work would be spread too.
 """
 
 from __future__ import annotations
@@ -21,12 +26,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from swerl.agent.chat_format import ChatFormat  # noqa: E402
+from swerl.agent.loop import AgentConfig  # noqa: E402
 from swerl.data.loaders import load_tasks  # noqa: E402
 from swerl.demo import materialize_demo  # noqa: E402
 from swerl.envs.docker_config import DockerSandboxConfig  # noqa: E402
-from swerl.envs.docker_hosts import DockerHostsConfig, HostSandbox, docker_host, ensure_image  # noqa: E402
+from swerl.envs.docker_hosts import DockerHostsConfig, HostSandbox, docker_host, ensure_image, on_agents_pool  # noqa: E402
 from swerl.envs.docker_reaper import reap_containers  # noqa: E402
 from swerl.envs.images import ImageBuilder, ImageConfig  # noqa: E402
+from swerl.grading.grader import GradingConfig  # noqa: E402
+from swerl.inference.scripted import ScriptedEngine, script_from_patch  # noqa: E402
+from swerl.rollout.runner import RolloutConfig, rollout  # noqa: E402
 from tests.support.netns_docker import netns_dockerd  # noqa: E402
 
 LOCAL = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
@@ -55,9 +65,33 @@ def starts(url: str, image: str, n: int, run_id: str) -> tuple[list[float], list
     return started, once
 
 
+def rollout_wall(task, image: str, hosts: list[dict], n: int, work: Path, run_id: str) -> tuple[float, dict]:
+    """Wall seconds of ``n`` graded scripted trajectories of ``task`` at once on ``hosts``, and its exit reasons."""
+    from transformers import AutoTokenizer
+
+    from swerl.models import init_tiny
+
+    model = work / "tiny"
+    if not model.exists():
+        init_tiny(model)
+    tok = AutoTokenizer.from_pretrained(model)
+    chat = ChatFormat(tok)
+    engine = ScriptedEngine(tok, {task.instance_id: script_from_patch(task.patch)}, stop_token_ids=chat.stop_token_ids)
+    pool = DockerHostsConfig(hosts=hosts, container=DockerSandboxConfig(exec_channel=True, run_id=run_id))
+    grading = GradingConfig()
+    grading.sandbox = on_agents_pool(pool, grading.sandbox)
+    grading.sandbox.run_id = run_id
+    config = RolloutConfig(samples=n, concurrency=n, seed=0, agent=AgentConfig(max_turns=40), sandbox=pool,
+                           grading=grading)
+    t = time.perf_counter()
+    summary = rollout([task], {task.instance_id: image}, engine, chat, config, work / f"store-{len(hosts)}")
+    return time.perf_counter() - t, {"resolved": summary.resolved, **summary.exit_reasons}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--starts", type=int, default=10)
+    ap.add_argument("--rollouts", type=int, default=8, help="Trajectories at once in the one- against two-host run (even).")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="swerl-bench-hosts-"))
     demo = materialize_demo(work / "demo")
@@ -80,6 +114,19 @@ def main() -> None:
         print(f"{'run_once true + close':32}{ms(local[1]):<42}{ms(remote_[1])}")
         print(f"\nratio remote/local (medians): start {statistics.median(remote_[0]) / statistics.median(local[0]):.2f}x, "
               f"run_once {statistics.median(remote_[1]) / statistics.median(local[1]):.2f}x; {args.starts} each")
+        if args.rollouts:
+            half = max(1, args.rollouts // 2)
+            try:
+                one, one_reasons = rollout_wall(task, image, [{"url": LOCAL, "max_concurrency": args.rollouts}],
+                                                args.rollouts, work, run_id)
+                two, two_reasons = rollout_wall(task, image, [{"url": LOCAL, "max_concurrency": half},
+                                                              {"url": remote.url, "max_concurrency": half}],
+                                                args.rollouts, work, run_id)
+            finally:
+                reap_containers(run_id=run_id, hosts=[remote.url])
+            print(f"\n{args.rollouts} graded scripted trajectories at once: one host {one:.1f} s {one_reasons}, "
+                  f"two hosts {two:.1f} s {two_reasons}; ratio two/one {two / one:.2f}x (both daemons on this "
+                  f"machine's {os.cpu_count()} cores: CPU-bound, so no speed-up is expected here)")
 
 
 if __name__ == "__main__":
