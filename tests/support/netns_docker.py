@@ -8,13 +8,16 @@ Set-up: ``ip netns add``, a veth pair (10.201.0.1/24 here, 10.201.0.2/24 inside)
 tcp://10.201.0.2:2375`` with its own data and exec roots, no bridge and no iptables rules, started in
 the namespace with ``nsenter --net`` (``ip netns exec`` remounts /sys, which some sandboxes refuse).
 Tear-down stops the daemon, ends what it started (its containerd and shims, found by its exec root),
-unmounts and removes its roots and deletes the namespace. Leftovers of a killed earlier run of the same
-name are removed first. ``NamespaceUnavailable`` says why a daemon cannot be made here.
+unmounts and removes its roots and deletes the namespace. One session at a time holds a name (a lock
+file another session waits on; the kernel drops it when its holder dies), so leftovers of a killed
+earlier run of the same name are removed first. ``NamespaceUnavailable`` says why a daemon cannot be
+made here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -23,6 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 
 class NamespaceUnavailable(RuntimeError):
@@ -42,6 +46,7 @@ class NetnsDockerd:
     subnet: str = "10.201.0"
     port: int = 2375
     process: subprocess.Popen | None = None
+    _lock: IO[str] | None = None
 
     @property
     def url(self) -> str:
@@ -69,7 +74,9 @@ class NetnsDockerd:
             raise NamespaceUnavailable(f"{', '.join(missing)} not found")
         if os.geteuid() != 0:
             raise NamespaceUnavailable("network namespaces and a second dockerd need root")
-        self.destroy()
+        self._lock = open(f"/run/{self.name}.lock", "w")  # noqa: SIM115 - held until destroy
+        fcntl.flock(self._lock, fcntl.LOCK_EX)  # another session using this name: wait for it to finish
+        self.destroy(unlock=False)
         outside, inside = self._veth()
         _run("ip", "netns", "add", self.name)
         ns = ("nsenter", f"--net=/run/netns/{self.name}")
@@ -138,7 +145,7 @@ class NetnsDockerd:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
 
-    def destroy(self) -> None:
+    def destroy(self, unlock: bool = True) -> None:
         """Remove everything ``create`` made (also what a killed earlier run left)."""
         self.stop()
         time.sleep(0.5)
@@ -150,6 +157,9 @@ class NetnsDockerd:
             shutil.rmtree(root, ignore_errors=True)
         _run("ip", "netns", "del", self.name, check=False)
         _run("ip", "link", "del", self._veth()[0], check=False)
+        if unlock and self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
 
 @contextlib.contextmanager
@@ -160,4 +170,5 @@ def netns_dockerd(name: str = "swerl-test-host2", subnet: str = "10.201.0") -> I
         host.create()
         yield host
     finally:
-        host.destroy()
+        if host._lock is not None:  # nothing was made before the lock was taken
+            host.destroy()
