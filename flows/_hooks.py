@@ -20,16 +20,19 @@ def _field(value: Any, name: str) -> Any:
 
 
 def reap_run_containers(flow: Any, flow_run: Any, state: Any) -> None:
-    """Remove this run's sandboxes, and any whose owner process died (a crashed worker)."""
+    """Remove this run's sandboxes, and any whose owner process died (a crashed worker), on the local daemon
+    and every Docker host of the run's sandbox pools."""
+    from swerl.envs.docker_hosts import hosts_in
     from swerl.envs.docker_sandbox import reap_containers
 
     params = getattr(flow_run, "parameters", None) or {}
     name = _field(params.get("params") or {}, "name")
     label = params.get("container_label") or (container_label(name) if name else None)
     try:
+        hosts = hosts_in(params)
         if label:
-            reap_containers(run_id=label)
-        reap_containers()
+            reap_containers(run_id=label, hosts=hosts)
+        reap_containers(hosts=hosts)
     except Exception as e:  # noqa: BLE001 - a hook must not mask the state it reacts to
         print(f"sandbox clean-up failed: {type(e).__name__}: {e}")
 

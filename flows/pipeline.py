@@ -38,6 +38,7 @@ from tasks.images import build_images_task, validate_tasks_task
 @task(name="prepare-inputs", cache_policy=NO_CACHE)
 def prepare_inputs(params: PipelineParams) -> dict[str, Any]:
     """Task files, mirror and starting model; the embedded default materialises the demo and the tiny model."""
+    from swerl.envs.docker_hosts import hosts_in
     from swerl.envs.docker_sandbox import reap_containers
     from swerl.inference.factory import require_local_model
 
@@ -56,8 +57,8 @@ def prepare_inputs(params: PipelineParams) -> dict[str, Any]:
         warm = params.warm_start.tasks
     # The warm-up tasks' text joins the tiny tokenizer's corpus (its identifiers get whole tokens).
     model = params.model or str(tiny_model(run_dir / "start-model", params.tiny_model, corpus_tasks=warm))
-    # sandboxes whose owner died (a killed earlier attempt) go before new ones start
-    reaped = reap_containers()
+    # sandboxes whose owner died (a killed earlier attempt) go before new ones start, on every host of the run
+    reaped = reap_containers(hosts=hosts_in(params))
     history = run_dir / "params.jsonl"
     with history.open("a", encoding="utf-8") as f:
         f.write(json.dumps({"time": time.time(), "params": params.model_dump(mode="json")}) + "\n")

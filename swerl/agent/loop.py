@@ -24,7 +24,7 @@ from swerl.agent.prompts import Prompts
 from swerl.agent.tools import TOOLS_STATE, in_sandbox
 from swerl.agent.trajectory import ExitReason, Trajectory, Turn
 from swerl.data.task import Task
-from swerl.envs.sandbox import Sandbox, SandboxError
+from swerl.envs.sandbox import HostLost, Sandbox, SandboxError
 from swerl.inference.base import EngineError, GenerationRequest, InferenceEngine
 
 
@@ -141,15 +141,19 @@ class Agent:
         )
         try:
             traj.exit_reason = await self._turns(task, sandbox, traj, shell, deadline, seed)
+        except HostLost as e:  # the sandbox's machine is gone: no fair run, redone by a rerun, never scored
+            traj.exit_reason, traj.error = ExitReason.infra_error, f"{type(e).__name__}: {e}"
         except (EngineError, SandboxError) as e:
             traj.exit_reason, traj.error = ExitReason.error, f"{type(e).__name__}: {e}"
         except Exception as e:  # a bug must not take the batch down; it is recorded and visible
             traj.exit_reason, traj.error = ExitReason.error, f"unexpected {type(e).__name__}: {e}"
-        if traj.exit_reason is ExitReason.submitted or (cfg.collect_patch_on_exit and traj.exit_reason is not ExitReason.error):
+        if traj.exit_reason is ExitReason.submitted or (cfg.collect_patch_on_exit and traj.exit_reason not in (
+                ExitReason.error, ExitReason.infra_error)):
             try:
                 traj.patch = await asyncio.to_thread(sandbox.diff)
             except SandboxError as e:
-                traj.exit_reason, traj.error = ExitReason.error, f"diff failed: {e}"
+                traj.exit_reason = ExitReason.infra_error if isinstance(e, HostLost) else ExitReason.error
+                traj.error = f"diff failed: {e}"
         traj.num_turns = len(traj.turns)
         traj.generation_s = sum(t.generation_s for t in traj.turns)
         traj.environment_s = sum(t.environment_s for t in traj.turns)

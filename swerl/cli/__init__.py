@@ -252,11 +252,13 @@ def demo_materialize(out: Path = typer.Option(Path(".swerl/demo"), "--out", help
 
 
 @sandbox_app.command("reap")
-def sandbox_reap(everything: bool = typer.Option(False, "--all", help="Remove every swerl container, live owners too.")) -> None:
-    """Remove containers left by crashed runs (dead owner or past their lifetime)."""
+def sandbox_reap(everything: bool = typer.Option(False, "--all", help="Remove every swerl container, live owners too."),
+                 host: Optional[list[str]] = typer.Option(None, "--host", help="A Docker host of a sandbox pool to clean "
+                                                          "too (tcp://10.0.0.2:2375); repeat for each.")) -> None:
+    """Remove containers left by crashed runs (dead owner or past their lifetime), here and on the given hosts."""
     from swerl.envs.docker_sandbox import reap_containers
 
-    removed = reap_containers(everything=everything)
+    removed = reap_containers(everything=everything, hosts=host or ())
     console.print(f"removed {len(removed)} container(s)")
 
 

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from importlib import resources
 
+import docker
 from docker.errors import APIError, DockerException, NotFound
 from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import ReadTimeout
@@ -72,9 +73,11 @@ class DockerSandbox:
 
     def __init__(self, image: str, config: DockerSandboxConfig | None = None, *,
                  slots: threading.BoundedSemaphore | None = None, base_commit: str | None = None,
-                 preload: dict[str, tuple[bytes | str, int]] | None = None):
-        """``preload``: ``{path: (data, mode)}`` written with swerl's runner as the container starts (one round trip)."""
+                 preload: dict[str, tuple[bytes | str, int]] | None = None, client: docker.DockerClient | None = None):
+        """``preload``: ``{path: (data, mode)}`` written with swerl's runner as the container starts (one round trip);
+        ``client``: the Docker daemon to run on (default: this thread's client of the local one, ``docker_client()``)."""
         self.image = image
+        self._client = client
         self._preload = dict(preload or {})
         self.config = config or DockerSandboxConfig()
         self.base_commit = base_commit
@@ -89,6 +92,9 @@ class DockerSandbox:
         self._ran_once = False
 
     # -- lifecycle ---------------------------------------------------------------
+    def _docker(self) -> docker.DockerClient:
+        return self._client or docker_client()
+
     def start(self) -> DockerSandbox:
         self._starting(self._start)
         return self
@@ -120,12 +126,12 @@ class DockerSandbox:
                     security_opt=["no-new-privileges"])
 
     def _start(self) -> None:
-        cfg, api = self.config, docker_client().api
+        cfg, api = self.config, self._docker().api
         try:
             cid = api.create_container(self.image, command=["sleep", str(cfg.lifetime_s)], labels=self._labels(),
                                        working_dir=cfg.workdir, name=f"swerl-{uuid.uuid4().hex[:12]}",
                                        host_config=api.create_host_config(auto_remove=True, **self._limits()))["Id"]
-            self._container = docker_client().containers.prepare_model({"Id": cid})
+            self._container = self._docker().containers.prepare_model({"Id": cid})
             api.start(cid)
         except DockerException as e:
             raise SandboxError(f"cannot start a container from {self.image}: {e}") from e
@@ -282,7 +288,7 @@ class DockerSandbox:
         return self._starting(lambda: self._run_once(cmd, self.config.default_timeout_s if timeout is None else timeout))
 
     def _run_once(self, cmd: str, timeout: float) -> ExecResult:
-        cfg, api = self.config, docker_client().api
+        cfg, api = self.config, self._docker().api
         key = (self.image, cfg.activate or "")
         # the sweep still matters although the container ends with the runner: a root process that detached
         # (a published eval script's set-up runs as root) could otherwise print after the runner's answer
@@ -303,7 +309,7 @@ class DockerSandbox:
                                        host_config=api.create_host_config(**self._limits()))["Id"]
         except DockerException as e:
             raise SandboxError(f"cannot start a container from {self.image}: {e}") from e
-        self._container = docker_client().containers.prepare_model({"Id": cid})
+        self._container = self._docker().containers.prepare_model({"Id": cid})
         self._ran_once = True
         stdin = api.attach_socket(cid, params={"stdin": 1, "stream": 1})
         try:

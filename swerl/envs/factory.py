@@ -1,10 +1,10 @@
 """One sandbox config type for every backend, and the one place that turns a config into a sandbox.
 
 ``SandboxConfig`` is a union tagged by ``kind``: ``docker`` (the default, also for a config
-without a ``kind``), ``local`` (a repository copy on this machine, no isolation),
-``kubernetes`` (one pod per sandbox on a cluster) and ``flaky`` (fault injection around
-another). Code that needs a sandbox calls ``make_sandbox``; a new backend is a config class,
-a sandbox class and a line here.
+without a ``kind``), ``docker_hosts`` (docker on a pool of daemons), ``local`` (a repository
+copy on this machine, no isolation), ``kubernetes`` (one pod per sandbox on a cluster) and
+``flaky`` (fault injection around another). Code that needs a sandbox calls ``make_sandbox``;
+a new backend is a config class, a sandbox class and a line here.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import Discriminator, Tag
 
+from swerl.envs.docker_hosts import DockerHostsConfig, HostSandbox
 from swerl.envs.docker_sandbox import DockerSandbox, DockerSandboxConfig
 from swerl.envs.flaky_sandbox import FlakySandbox, FlakySandboxConfig
 from swerl.envs.k8s_config import KubernetesSandboxConfig
@@ -23,6 +24,7 @@ from swerl.envs.sandbox import Sandbox, config_kind
 
 SandboxConfig = Annotated[
     Annotated[DockerSandboxConfig, Tag("docker")]
+    | Annotated[DockerHostsConfig, Tag("docker_hosts")]
     | Annotated[LocalSandboxConfig, Tag("local")]
     | Annotated[KubernetesSandboxConfig, Tag("kubernetes")]
     | Annotated[FlakySandboxConfig, Tag("flaky")],
@@ -45,6 +47,7 @@ def _flaky(config: FlakySandboxConfig, image: str, **kw) -> Sandbox:
 
 _MAKERS: dict[type, _Maker] = {
     DockerSandboxConfig: lambda config, image, **kw: DockerSandbox(image, config, **kw),
+    DockerHostsConfig: lambda config, image, **kw: HostSandbox(image, config, **kw),
     LocalSandboxConfig: lambda config, image, **kw: LocalSandbox(image, config, **kw),
     KubernetesSandboxConfig: _kubernetes,
     FlakySandboxConfig: _flaky,
@@ -61,7 +64,8 @@ def make_sandbox(config: SandboxConfig, image: str, *, base_commit: str | None =
     """
     maker = _MAKERS.get(type(config))
     if maker is None:
-        raise TypeError(f"no sandbox backend for {type(config).__name__}; known kinds: docker, local, kubernetes, flaky")
+        raise TypeError(f"no sandbox backend for {type(config).__name__}; "
+                        "known kinds: docker, docker_hosts, local, kubernetes, flaky")
     return maker(config, image, base_commit=base_commit, preload=preload, slots=slots)
 
 

@@ -29,6 +29,11 @@ class SandboxError(RuntimeError):
     """The sandbox itself failed (not the command in it): an infrastructure error."""
 
 
+class HostLost(SandboxError):
+    """The machine running the sandbox stopped answering: infrastructure, whatever the command did (the
+    sandbox is gone; a retry runs elsewhere)."""
+
+
 class RunnerFailed(SandboxError):
     """The in-container runner died or answered garbage while a command ran. The command itself may
     have caused it (it can kill the runner or write to its stdout), so graders ask whether it recurs."""

@@ -164,7 +164,7 @@ async def _run_one(task: Task, sample: int, image: str | None, agent: Agent, con
         t1 = time.monotonic()
         await asyncio.to_thread(sandbox.close)
     traj.sandbox_s = (started - t0) + (time.monotonic() - t1)
-    if config.grade and traj.exit_reason is not ExitReason.error:
+    if config.grade and traj.exit_reason not in (ExitReason.error, ExitReason.infra_error):
         result = await grade(task, traj.patch, image, sample)
         traj.grade_failure = result.failure_class.value if result.failure_class else None
         traj.tamper_flags = list(result.tamper_flags)

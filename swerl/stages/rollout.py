@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from swerl.agent.loop import AgentConfig
 from swerl.agent.trajectory import Trajectory
 from swerl.data.task import Task
+from swerl.envs.docker_hosts import on_agents_pool
 from swerl.envs.factory import SandboxConfig, environment_kind
 from swerl.eval.report import EvalReport, build_report
 from swerl.inference.base import SamplingConfig
@@ -158,6 +159,7 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
         agent=sampler.agent, grading=GradingConfig(log_dir=stage.log_dir / "grading"),
         sandbox=sampler.sandbox.model_copy(deep=True),  # labelled below; the stage's own config stays as given
     )
+    config.grading.sandbox = on_agents_pool(sampler.sandbox, config.grading.sandbox)  # a pool grades on its hosts too
     if stage.run_id:
         config.sandbox.run_id = stage.run_id
         config.grading.sandbox.run_id = stage.run_id

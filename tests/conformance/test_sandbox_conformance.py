@@ -6,12 +6,14 @@ leftovers name only what the test made: a sleep with a random duration, a run id
 
 from __future__ import annotations
 
+import os
 import posixpath
 import random
 import uuid
 
 import pytest
 
+from swerl.envs.docker_hosts import DockerHostsConfig
 from swerl.envs.docker_sandbox import DockerSandboxConfig, running_containers
 from swerl.envs.factory import make_sandbox
 from swerl.envs.k8s_config import KubernetesSandboxConfig
@@ -22,10 +24,12 @@ from swerl.envs.sandbox import SandboxError, run_alone
 from tests.support.fake_kube import FakeKubeAPI
 
 DURATIONS = "swerl-demo__durations-1"
-# docker twice: its commands go one docker exec each (graders) or over one long-lived runner (agents);
-# kubernetes against an in-process fake API server whose pods are Docker containers (no cluster runs here)
+# docker three times: its commands go one docker exec each (graders), over one long-lived runner (agents), or through a
+# pool of Docker hosts (here the local daemon alone: tests/integration/test_docker_hosts.py runs two); kubernetes
+# against an in-process fake API server whose pods are Docker containers (no cluster runs here)
 BACKENDS = ["local", pytest.param("docker", marks=pytest.mark.docker),
-            pytest.param("docker-channel", marks=pytest.mark.docker), pytest.param("kubernetes", marks=pytest.mark.docker)]
+            pytest.param("docker-channel", marks=pytest.mark.docker), pytest.param("docker-hosts", marks=pytest.mark.docker),
+            pytest.param("kubernetes", marks=pytest.mark.docker)]
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +55,9 @@ class Backend:
             self.missing_image = f"{self.image}-gone"
         else:
             self.config = DockerSandboxConfig(run_id=run_id, output_limit_bytes=2_000, exec_channel=kind == "docker-channel")
+            if kind == "docker-hosts":
+                local = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+                self.config = DockerHostsConfig(hosts=[{"url": local, "max_concurrency": 8}], container=self.config)
             self.image = request.getfixturevalue("demo_images")[DURATIONS]
             self.missing_image = f"{self.image}-gone"  # a tag that was never built (and cannot be pulled)
 

@@ -17,6 +17,7 @@ from swerl.agent.trajectory import ExitReason
 from swerl.envs.factory import make_sandbox
 from swerl.envs.local_sandbox import LocalSandboxConfig, local_sandbox_folders
 from swerl.envs.repos import MirrorRepoSource
+from swerl.envs.sandbox import HostLost
 from swerl.inference.scripted import ScriptedEngine, script_from_patch
 from swerl.rollout.runner import RolloutConfig, rollout
 from swerl.rollout.store import TrajectoryStore
@@ -113,6 +114,23 @@ def test_an_engine_failure_is_an_error_exit_with_the_message(run, tok):
     traj, _ = run([], engine=ScriptedEngine(tok, {"some-other-task": []}))
     assert traj.exit_reason is ExitReason.error
     assert "no script for trajectory" in traj.error
+
+
+def test_a_sandbox_whose_host_is_lost_is_an_infrastructure_exit_not_the_policys(demo, demo_tasks, tok, chat,
+                                                                               sandbox_config):
+    task = demo_tasks[DURATIONS]
+    sandbox = make_sandbox(sandbox_config, str(MirrorRepoSource(demo.repos_dir).locate(task.repo)),
+                           base_commit=task.base_commit)
+
+    def lost(*args, **kwargs):  # what a sandbox on a Docker host that died raises (swerl.envs.docker_hosts)
+        raise HostLost("Docker host tcp://10.0.0.2:2375 stopped answering")
+
+    with sandbox:
+        install_tools(sandbox)
+        sandbox.exec = lost
+        traj = asyncio.run(Agent(ScriptedEngine(tok, {DURATIONS: [cmd("ls")]}), chat, AgentConfig()).run(task, sandbox))
+    assert (traj.exit_reason, traj.infra_failed) == (ExitReason.infra_error, True)
+    assert traj.error == "HostLost: Docker host tcp://10.0.0.2:2375 stopped answering"
 
 
 def test_local_rollouts_of_every_demo_task_submit_the_gold_change_and_a_rerun_skips_them(

@@ -131,10 +131,15 @@ ALLOWED: dict[str, dict[str, set[str]]] = {
         "the local variant's tag of SandboxConfig": {"LocalSandboxConfig"},
         "the kubernetes variant's tag of SandboxConfig": {"KubernetesSandboxConfig"},
         "the flaky variant's tag of SandboxConfig": {"FlakySandboxConfig"},
+        "the docker_hosts variant's tag of SandboxConfig": {"DockerHostsConfig"},
         "the hf variant's tag of EngineConfig": {"HFEngineConfig"},
         "the vllm variant's tag of EngineConfig": {"VLLMEngineConfig"},
         "the openai variant's tag of EngineConfig": {"OpenAIEngineConfig"},
         "the scripted variant's tag of EngineConfig": {"ScriptedEngineConfig"},
+    },
+    "max_concurrency": {
+        "requests an openai engine keeps in flight": {"OpenAIEngineConfig"},
+        "sandboxes alive at once on one Docker host of a pool": {"DockerHostConfig"},
     },
     "base_url": {
         "the server an openai engine talks to: required there": {"OpenAIEngineConfig"},

@@ -98,8 +98,9 @@ def test_sandbox_configs_are_one_union_tagged_by_kind_and_docker_without_one():
     flaky = adapter.validate_python({"kind": "flaky", "fail_every": 4, "inner": {"kind": "docker"}})
     assert flaky == FlakySandboxConfig(fail_every=4, inner=DockerSandboxConfig())
     assert [environment_kind(c) for c in (DockerSandboxConfig(), LocalSandboxConfig(), flaky)] == ["image", "repository", "image"]
-    with pytest.raises(ValueError, match="does not match any of the expected tags: 'docker', 'local', 'flaky'"):
-        adapter.validate_python({"kind": "kubernetes"})
+    with pytest.raises(ValueError, match="does not match any of the expected tags: 'docker', 'docker_hosts', 'local', "
+                       "'kubernetes', 'flaky'"):
+        adapter.validate_python({"kind": "nomad"})
     with pytest.raises(ValueError, match="fail_every"):
         FlakySandboxConfig(fail_every=1)
 

@@ -1,0 +1,133 @@
+"""Sandbox start latency on a remote Docker host against the local daemon, side by side in one run, and
+the wall time of one rollout batch on one host against two.
+
+    .venv/bin/python bench/bench_hosts.py [--starts 10] [--rollouts 8]
+
+The "remote" host is a second dockerd in a network namespace on this machine, reached over TCP
+through a veth pair (tests/support/netns_docker.py; needs root): it measures the TCP API path and
+the pool's own overhead, not a real network's latency. Prints the image's save/load time to the
+host, then per host: a sandbox's start (container, runner, probes) and close, and a grading-style
+``run_once`` (one container start with its command), each through the pool (``HostSandbox``).
+Then ``--rollouts`` scripted gold-patch trajectories of one demo task, graded, all at once: on the
+local daemon alone, then spread over both (half the places each). Both daemons share this machine's
+cores, so the two-host figure shows the pool's overhead, not a speed-up: on real hosts the
+containers' CPU work would be spread too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from swerl.agent.chat_format import ChatFormat  # noqa: E402
+from swerl.agent.loop import AgentConfig  # noqa: E402
+from swerl.data.loaders import load_tasks  # noqa: E402
+from swerl.demo import materialize_demo  # noqa: E402
+from swerl.envs.docker_config import DockerSandboxConfig  # noqa: E402
+from swerl.envs.docker_hosts import DockerHostsConfig, HostSandbox, docker_host, ensure_image, on_agents_pool  # noqa: E402
+from swerl.envs.docker_reaper import reap_containers  # noqa: E402
+from swerl.envs.images import ImageBuilder, ImageConfig  # noqa: E402
+from swerl.grading.grader import GradingConfig  # noqa: E402
+from swerl.inference.scripted import ScriptedEngine, script_from_patch  # noqa: E402
+from swerl.rollout.runner import RolloutConfig, rollout  # noqa: E402
+from tests.support.netns_docker import netns_dockerd  # noqa: E402
+
+LOCAL = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+
+
+def ms(xs: list[float]) -> str:
+    return f"median {statistics.median(xs) * 1e3:6.0f} ms  p90 {sorted(xs)[int(0.9 * (len(xs) - 1))] * 1e3:6.0f} ms"
+
+
+def starts(url: str, image: str, n: int, run_id: str) -> tuple[list[float], list[float]]:
+    """(start + exec + close, run_once + close) seconds of ``n`` sandboxes each on the host at ``url``."""
+    config = DockerHostsConfig(hosts=[{"url": url, "max_concurrency": 1}], container=DockerSandboxConfig(run_id=run_id))
+    started, once = [], []
+    for _ in range(n):
+        t = time.perf_counter()
+        with HostSandbox(image, config) as sb:
+            sb.exec("true")
+        started.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        sb = HostSandbox(image, config)
+        try:
+            sb.run_once("true")
+        finally:
+            sb.close()
+        once.append(time.perf_counter() - t)
+    return started, once
+
+
+def rollout_wall(task, image: str, hosts: list[dict], n: int, work: Path, run_id: str) -> tuple[float, dict]:
+    """Wall seconds of ``n`` graded scripted trajectories of ``task`` at once on ``hosts``, and its exit reasons."""
+    from transformers import AutoTokenizer
+
+    from swerl.models import init_tiny
+
+    model = work / "tiny"
+    if not model.exists():
+        init_tiny(model)
+    tok = AutoTokenizer.from_pretrained(model)
+    chat = ChatFormat(tok)
+    engine = ScriptedEngine(tok, {task.instance_id: script_from_patch(task.patch)}, stop_token_ids=chat.stop_token_ids)
+    pool = DockerHostsConfig(hosts=hosts, container=DockerSandboxConfig(exec_channel=True, run_id=run_id))
+    grading = GradingConfig()
+    grading.sandbox = on_agents_pool(pool, grading.sandbox)
+    grading.sandbox.run_id = run_id
+    config = RolloutConfig(samples=n, concurrency=n, seed=0, agent=AgentConfig(max_turns=40), sandbox=pool,
+                           grading=grading)
+    t = time.perf_counter()
+    summary = rollout([task], {task.instance_id: image}, engine, chat, config, work / f"store-{len(hosts)}")
+    return time.perf_counter() - t, {"resolved": summary.resolved, **summary.exit_reasons}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--starts", type=int, default=10)
+    ap.add_argument("--rollouts", type=int, default=8, help="Trajectories at once in the one- against two-host run (even).")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="swerl-bench-hosts-"))
+    demo = materialize_demo(work / "demo")
+    task = load_tasks(demo.tasks_file).tasks[0]
+    (outcome,) = ImageBuilder(ImageConfig(repos_dir=demo.repos_dir, log_dir=work / "builds")).build_all([task])
+    image, run_id = outcome.image, f"bench-hosts-{os.getpid()}"
+    with netns_dockerd(name="swerl-bench-host2", subnet="10.202.0") as remote:
+        t = time.perf_counter()
+        ensure_image(docker_host(remote.url), image)
+        print(f"# sandbox start latency: local daemon vs a Docker host over TCP (image {image})\n")
+        print(f"image save/load to the host: {time.perf_counter() - t:.1f} s (once per image and host)")
+        try:
+            for url in (LOCAL, remote.url):
+                starts(url, image, 1, run_id)  # warm: python and activation probes are cached per image
+            local, remote_ = (starts(url, image, args.starts, run_id) for url in (LOCAL, remote.url))
+        finally:
+            reap_containers(run_id=run_id, hosts=[remote.url])
+        print(f"\n{'':32}{'local (' + LOCAL + ')':<42}remote ({remote.url})")
+        print(f"{'start + exec true + close':32}{ms(local[0]):<42}{ms(remote_[0])}")
+        print(f"{'run_once true + close':32}{ms(local[1]):<42}{ms(remote_[1])}")
+        print(f"\nratio remote/local (medians): start {statistics.median(remote_[0]) / statistics.median(local[0]):.2f}x, "
+              f"run_once {statistics.median(remote_[1]) / statistics.median(local[1]):.2f}x; {args.starts} each")
+        if args.rollouts:
+            half = max(1, args.rollouts // 2)
+            try:
+                one, one_reasons = rollout_wall(task, image, [{"url": LOCAL, "max_concurrency": args.rollouts}],
+                                                args.rollouts, work, run_id)
+                two, two_reasons = rollout_wall(task, image, [{"url": LOCAL, "max_concurrency": half},
+                                                              {"url": remote.url, "max_concurrency": half}],
+                                                args.rollouts, work, run_id)
+            finally:
+                reap_containers(run_id=run_id, hosts=[remote.url])
+            print(f"\n{args.rollouts} graded scripted trajectories at once: one host {one:.1f} s {one_reasons}, "
+                  f"two hosts {two:.1f} s {two_reasons}; ratio two/one {two / one:.2f}x (both daemons on this "
+                  f"machine's {os.cpu_count()} cores: CPU-bound, so no speed-up is expected here)")
+
+
+if __name__ == "__main__":
+    main()
