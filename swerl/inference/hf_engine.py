@@ -100,7 +100,8 @@ class HFEngine:
         model_max = getattr(self.model.config, "max_position_embeddings", None) or 32768
         self.max_context = min(self.config.max_context or model_max, model_max)
         self.policy_version = policy_version
-        self.stats = {"forward_passes": 0, "prefill_tokens": 0, "reused_tokens": 0, "decode_tokens": 0, "max_batch": 0}
+        self.stats = {"forward_passes": 0, "prefill_tokens": 0, "reused_tokens": 0, "decode_tokens": 0, "max_batch": 0,
+                      "prefill_s": 0.0, "decode_s": 0.0, "merge_s": 0.0}
         self.kept = KVStore(self.config.kv_keep_tokens)  # idle trajectories' KV, by trajectory id
         self.worker_threads: int | None = None  # the worker's torch thread count, once it runs
         self._queue: queue.Queue[_Slot] = queue.Queue()
@@ -196,11 +197,16 @@ class HFEngine:
             try:
                 new = self._take(block=state is None)
                 with torch.inference_mode():
+                    t0 = time.perf_counter()
                     if new:
                         fresh = self._prefill(new)
+                        t1 = time.perf_counter()
                         state = fresh if state is None else state.merge(fresh)
+                        self.stats["prefill_s"] += t1 - t0
+                        self.stats["merge_s"] += time.perf_counter() - t1
                     elif state is not None:
                         self._decode(state)
+                        self.stats["decode_s"] += time.perf_counter() - t0
                     if state is not None:
                         state = self._retire(state)
             except Exception as e:  # one bad batch fails its requests, never the worker
