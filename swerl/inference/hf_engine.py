@@ -100,7 +100,7 @@ class HFEngine:
         self.max_context = min(self.config.max_context or model_max, model_max)
         self.policy_version = policy_version
         self.stats = {"forward_passes": 0, "prefill_tokens": 0, "reused_tokens": 0, "decode_tokens": 0, "max_batch": 0,
-                      "prefill_s": 0.0, "decode_s": 0.0, "joined_passes": 0}
+                      "prefill_s": 0.0, "decode_s": 0.0}
         self.kept = KVStore(self.config.kv_keep_tokens)  # idle trajectories' KV, by trajectory id
         self.worker_threads: int | None = None  # the worker's torch thread count, once it runs
         self._queue: queue.Queue[_Slot] = queue.Queue()
@@ -284,7 +284,6 @@ class HFEngine:
         self.stats["prefill_tokens"] += sum(len(x) for x in news)
         self.stats["reused_tokens"] += sum(reused)
         self.stats["decode_tokens"] += old
-        self.stats["joined_passes"] += bool(old)
         self.stats["max_batch"] = max(self.stats["max_batch"], old + len(slots))
         batch = _Batch(slots=(running.slots if running else []) + list(slots), cache=out.past_key_values, mask=mask,
                        config=self.model.config)

@@ -86,33 +86,6 @@ def test_a_prompt_that_rewrites_the_history_reuses_only_the_common_prefix_and_sa
     assert max(abs(a - b) for a, b in zip(got.logprobs, want.logprobs)) <= TOLERANCE
 
 
-def test_a_turn_prefilled_in_the_running_batchs_decode_pass_samples_as_a_full_prefill_and_the_running_rows_too(tiny_model_dir):
-    eng = HFEngine(HFEngineConfig(model=tiny_model_dir, device="cpu", dtype="float32", gather_ms=0))
-    ref = HFEngine(HFEngineConfig(model=tiny_model_dir, device="cpu", dtype="float32", kv_keep_tokens=0, gather_ms=0))
-    long = GenerationRequest("long", SYSTEM + [1], max_new_tokens=60, seed=5)
-    b0 = GenerationRequest("b0", SYSTEM + [2], max_new_tokens=4, seed=6, trajectory_id="b")
-
-    async def joined():
-        first = await eng.generate(b0)
-        decoded = eng.stats["decode_tokens"]
-        running = asyncio.ensure_future(eng.generate(long))
-        while eng.stats["decode_tokens"] == decoded:  # until `long` decodes: b's next turn (3 new tokens) joins its pass
-            await asyncio.sleep(0.001)
-        b1 = GenerationRequest("b1", b0.prompt_ids + first.token_ids + [7, 8], max_new_tokens=5, seed=7, trajectory_id="b", turn=1)
-        return b1, await eng.generate(b1), await running
-
-    try:
-        b1, got_b1, got_long = asyncio.run(joined())
-        want_b1, want_long = asyncio.run(ref.generate(b1)), asyncio.run(ref.generate(long))
-    finally:
-        eng.close()
-        ref.close()
-    assert eng.stats["joined_passes"] >= 1
-    for got, want in ((got_b1, want_b1), (got_long, want_long)):
-        assert got.token_ids == want.token_ids
-        assert max(abs(a - b) for a, b in zip(got.logprobs, want.logprobs)) <= TOLERANCE
-
-
 def test_the_kept_kv_is_dropped_when_new_weights_load(tiny_model_dir, trained_checkpoint):
     eng = HFEngine(HFEngineConfig(model=tiny_model_dir, device="cpu", dtype="float32", gather_ms=0))
     try:
