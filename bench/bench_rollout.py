@@ -453,8 +453,8 @@ def main() -> None:
               f"{tp['engine_stats']['decode_tokens']} decode tokens, max batch "
               f"{tp['engine_stats']['max_batch']}")
         es, rs = tp["engine_stats"], tp["raw_engine_stats"]
-        print(f"engine worker: rollout prefill {es['prefill_s']:.2f} s (with the running batch's decode steps) + decode "
-              f"{es['decode_s']:.2f} s; raw prefill {rs['prefill_s']:.2f} s ({rs['prefill_tokens']:.0f} tokens) + "
+        print(f"engine worker: rollout prefill {es['prefill_s']:.2f} s + merge {es['merge_s']:.2f} s + decode {es['decode_s']:.2f} s; "
+              f"raw prefill {rs['prefill_s']:.2f} s ({rs['prefill_tokens']:.0f} tokens) + merge {rs['merge_s']:.2f} s + "
               f"decode {rs['decode_s']:.2f} s ({rs['forward_passes']:.0f} passes)")
         print(f"rollout, end to end      {tp['action_tokens']:6d} action tokens / {tp['rollout_wall_s']:6.2f} s wall = "
               f"{tp['rollout_tok_s']:8.1f} tok/s   ratio vs raw HFEngine = {tp['rollout_tok_s'] / eng['tok_s']:.2f}x")

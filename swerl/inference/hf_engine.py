@@ -1,13 +1,14 @@
 """The transformers engine: the default policy server, on CPU or one GPU.
 
 All trajectories share one model. Requests wait in a queue; a worker thread runs a
-continuous batch: new requests are prefilled together, in the forward pass of the running
-batch's next decode step, and join it; finished ones leave it, so every forward pass carries
-the pending requests of all concurrent trajectories. A finished request's KV cache is kept
-under its trajectory id (``swerl.inference.hf_kv``), so the trajectory's next turn prefills
-only the tokens its prompt adds. Sampling is our own loop (not ``model.generate``) so that
-nothing from the model's generation_config can reshape the distribution, and the log-prob
-of each sampled token is read off the exact distribution it was drawn from.
+continuous batch: new requests are prefilled together and merged into the running batch
+at the next decode step, finished ones leave it, so every forward pass carries the
+pending requests of all concurrent trajectories. A finished request's KV cache is kept under
+its trajectory id (``swerl.inference.hf_kv``), so the trajectory's next turn prefills only
+the tokens its prompt adds. Sampling is our own loop (not
+``model.generate``) so that nothing from the model's generation_config can reshape the
+distribution, and the log-prob of each sampled token is read off the exact distribution
+it was drawn from.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ class HFEngine:
         self.max_context = min(self.config.max_context or model_max, model_max)
         self.policy_version = policy_version
         self.stats = {"forward_passes": 0, "prefill_tokens": 0, "reused_tokens": 0, "decode_tokens": 0, "max_batch": 0,
-                      "prefill_s": 0.0, "decode_s": 0.0}
+                      "prefill_s": 0.0, "decode_s": 0.0, "merge_s": 0.0}
         self.kept = KVStore(self.config.kv_keep_tokens)  # idle trajectories' KV, by trajectory id
         self.worker_threads: int | None = None  # the worker's torch thread count, once it runs
         self._queue: queue.Queue[_Slot] = queue.Queue()
@@ -197,9 +198,12 @@ class HFEngine:
                 new = self._take(block=state is None)
                 with torch.inference_mode():
                     t0 = time.perf_counter()
-                    if new:  # prefilled with the running batch's next step, in one pass
-                        state = self._prefill(new, running=state)
-                        self.stats["prefill_s"] += time.perf_counter() - t0
+                    if new:
+                        fresh = self._prefill(new)
+                        t1 = time.perf_counter()
+                        state = fresh if state is None else state.merge(fresh)
+                        self.stats["prefill_s"] += t1 - t0
+                        self.stats["merge_s"] += time.perf_counter() - t1
                     elif state is not None:
                         self._decode(state)
                         self.stats["decode_s"] += time.perf_counter() - t0
@@ -236,33 +240,19 @@ class HFEngine:
             self._active = self._active + taken
         return taken
 
-    def _prefill(self, slots: list[_Slot], running: _Batch | None = None) -> _Batch:
-        """One forward pass over the new requests, and the running batch's next decode step with them when
-        that is cheap (its rows go first and feed their last sampled token: no stall). A new row feeds its
-        trajectory's kept KV, if the prompt extends one, then the prompt tokens past it. Layout per row,
-        left-padded in two blocks: [pad, cached KV | pad, new tokens]; the attention mask's holes and
-        explicit positions make the padding invisible."""
+    def _prefill(self, slots: list[_Slot]) -> _Batch:
+        """One forward pass over the new requests: each row's kept KV (if its trajectory has one that the
+        prompt extends) then the prompt tokens past it. Layout per row, left-padded in two blocks:
+        [pad, kept KV | pad, new tokens]; the attention mask's holes and explicit positions make the
+        padding invisible."""
         kept = [self.kept.take(s.request.trajectory_id, s.request.prompt_ids) for s in slots]
         reused = [len(k.ids) if k else 0 for k in kept]
         news = [s.request.prompt_ids[n:] for s, n in zip(slots, reused)]
-        if running and len(running.slots) * (max(len(x) for x in news) - 1) > sum(len(x) for x in news):
-            # the running rows would pad to the new tokens' width and cost more than the prefill itself:
-            # prefill apart (the running batch waits one pass) and merge
-            return running.merge(self._forward(slots, kept, reused, news, None))
-        return self._forward(slots, kept, reused, news, running)
-
-    def _forward(self, slots: list[_Slot], kept: list, reused: list[int], news: list[list[int]], running: _Batch | None) -> _Batch:
-        old = len(running.slots) if running else 0
-        old_width = running.mask.shape[1] if running else 0
-        past, width = max([old_width] + reused), max(len(x) for x in news)
+        past, width = max(reused), max(len(x) for x in news)
         pad = self.model.config.pad_token_id or 0
-        ids = torch.full((old + len(slots), width), pad, dtype=torch.long)
-        mask = torch.zeros((old + len(slots), past + width), dtype=torch.long)
-        if running:
-            ids[:old, -1] = torch.tensor([s.ids[-1] for s in running.slots], dtype=torch.long)
-            mask[:old, past - old_width:past] = running.mask.cpu()
-            mask[:old, -1] = 1
-        for row, (n, new) in enumerate(zip(reused, news), start=old):
+        ids = torch.full((len(slots), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(slots), past + width), dtype=torch.long)
+        for row, (n, new) in enumerate(zip(reused, news)):
             ids[row, width - len(new):] = torch.tensor(new, dtype=torch.long)
             mask[row, past - n:past] = 1
             mask[row, past + width - len(new):] = 1
@@ -270,12 +260,7 @@ class HFEngine:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, past:]
         from transformers import DynamicCache
 
-        if running:  # one copy of the running cache, as a merge would make
-            fresh = past_block(kept, past, like=cache_layers(running.cache))
-            layers = [(stack_lpadded(k1, k2), stack_lpadded(v1, v2)) for (k1, v1), (k2, v2) in zip(cache_layers(running.cache), fresh)]
-            cache = rebuild_cache(layers, self.model.config)
-        else:
-            cache = rebuild_cache(past_block(kept, past), self.model.config) if past else DynamicCache(config=self.model.config)
+        cache = rebuild_cache(past_block(kept, past), self.model.config) if past else DynamicCache(config=self.model.config)
         # logits_to_keep=1: the prompt's full-vocabulary logits are never materialised
         with sdpa_without_cudnn(self.device):
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
@@ -283,10 +268,7 @@ class HFEngine:
         self.stats["forward_passes"] += 1
         self.stats["prefill_tokens"] += sum(len(x) for x in news)
         self.stats["reused_tokens"] += sum(reused)
-        self.stats["decode_tokens"] += old
-        self.stats["max_batch"] = max(self.stats["max_batch"], old + len(slots))
-        batch = _Batch(slots=(running.slots if running else []) + list(slots), cache=out.past_key_values, mask=mask,
-                       config=self.model.config)
+        batch = _Batch(slots=list(slots), cache=out.past_key_values, mask=mask, config=self.model.config)
         self._sample(batch, out.logits[:, -1, :])
         return batch
 

@@ -96,13 +96,12 @@ class KVStore:
         return key in self._entries
 
 
-def past_block(kept: list[KeptKV | None], width: int, like: Layers | None = None) -> Layers:
+def past_block(kept: list[KeptKV | None], width: int) -> Layers:
     """The kept caches of a prefill's rows as one left-padded [rows, heads, width, head_dim] block per layer
-    (zeros for rows with nothing kept): one allocation per layer, one copy per row. Shapes, dtype and
-    device come from a kept cache, else from ``like``."""
-    sample = next((k.layers for k in kept if k is not None), like)
+    (zeros for rows with nothing kept): one allocation per layer, one copy per row."""
+    sample = next(k for k in kept if k is not None)
     layers = []
-    for li, (k0, v0) in enumerate(sample):
+    for li, (k0, v0) in enumerate(sample.layers):
         keys = k0.new_zeros((len(kept), k0.shape[1], width, k0.shape[3]))
         values = v0.new_zeros((len(kept), v0.shape[1], width, v0.shape[3]))
         for row, kv in enumerate(kept):
