@@ -1,7 +1,9 @@
 """Rollout benchmarks: generation throughput under multi-turn load, time split, peak memory.
 
     .venv/bin/python bench/bench_rollout.py [--batch 8] [--turns 4] [--new-tokens 64] \
-        [--peak-trajectories 64] [--repeats 3] [--torch-threads N] [--json out.json]
+        [--peak-trajectories 64] [--repeats 3] [--torch-threads N] [--engine-threads 1] [--stagger] \
+        [--kv-keep-tokens N] [--throughput-only] \
+        [--json out.json]
 
 Builds the demo images (cached) and a tiny random Qwen2 policy in a temp folder, then:
 
@@ -265,10 +267,14 @@ def generate_baseline(model, pad_id: int, groups: list[list[dict]]) -> tuple[int
 
 
 def throughput_scenario(args, tasks, images, model_dir: Path, chat, work: Path, run_id: str) -> dict:
-    engine = HFEngine(HFEngineConfig(model=model_dir, device="cpu", max_batch_size=max(64, args.batch)))
+    keep = {} if args.kv_keep_tokens is None else {"kv_keep_tokens": args.kv_keep_tokens}
+    engine = HFEngine(HFEngineConfig(model=model_dir, device="cpu", max_batch_size=max(64, args.batch),
+                                     torch_threads=args.engine_threads, **keep))
     warm = [GenerationRequest(f"warmup-{i}", warmup_prompt(chat, 900 + 40 * i), args.new_tokens) for i in range(args.batch)]
     asyncio.run(_gather(engine, warm))
-    probe = Probe(engine)
+    # first turns held until every sandbox is up: the trajectories then generate together, at the raw run's batch
+    # (otherwise sandbox starts stagger them by ~1 s, and the engine runs half-empty batches: a sandbox cost, not a generation one)
+    probe = Probe(engine, hold=0 if args.stagger else args.batch)
     batch, batch_images = replicate(tasks, images, args.batch)
     config = RolloutConfig(
         concurrency=args.batch, grade=False, seed=0,
@@ -289,7 +295,9 @@ def throughput_scenario(args, tasks, images, model_dir: Path, chat, work: Path, 
     pad_id = model.config.pad_token_id or 0
     generate_baseline(model, pad_id, groups[:1])  # warm-up
     # interleaved, so that both baselines see the same background load
+    raw0 = dict(engine.stats)
     runs = [(engine_baseline(engine, groups), generate_baseline(model, pad_id, groups)) for _ in range(args.repeats)]
+    raw_stats = {k: (engine.stats[k] - raw0[k]) / args.repeats for k in engine.stats if k != "max_batch"}
     eng_tokens, eng_wall = runs[0][0][0], statistics.median(e[1] for e, _ in runs)
     eng_turns = [statistics.median(e[2][k] for e, _ in runs) for k in range(len(groups))]
     turns = [{"turn": k, "arrivals_spread_s": max(r["t0"] for r in g) - min(r["t0"] for r in g),
@@ -310,7 +318,7 @@ def throughput_scenario(args, tasks, images, model_dir: Path, chat, work: Path, 
         "timeline": [{k: round(r[k] - probe.requests[0]["t0"], 3) if k in ("t0", "t1") else r[k]
                       for k in ("trajectory", "turn", "n", "t0", "t1")}
                      | {"prompt_tokens": len(r["prompt_ids"])} for r in probe.requests],
-        "engine_stats": stats,
+        "engine_stats": stats, "raw_engine_stats": raw_stats,
         "engine_baseline": {"tokens": eng_tokens, "wall_s": eng_wall, "tok_s": eng_tokens / eng_wall,
                             "walls": [e[1] for e, _ in runs]},
         "generate_baseline": {"tokens": gen_tokens, "wall_s": gen_wall, "tok_s": gen_tokens / gen_wall,
@@ -408,6 +416,13 @@ def main() -> None:
     ap.add_argument("--peak-trajectories", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3, help="baseline repetitions (median wall)")
     ap.add_argument("--torch-threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    ap.add_argument("--engine-threads", type=int, default=1,
+                    help="HFEngineConfig.torch_threads of the throughput scenario's engine (1, as deployments set it beside sandboxes)")
+    ap.add_argument("--stagger", action="store_true",
+                    help="let first turns start as their sandboxes come up (default: held until all are up, so the batch is the raw run's)")
+    ap.add_argument("--kv-keep-tokens", type=int, default=None,
+                    help="the engine's kv_keep_tokens in the throughput scenario (default: the config's; 0: every turn prefills its whole prompt)")
+    ap.add_argument("--throughput-only", action="store_true", help="run the throughput scenario only (no scripted split, no peak memory)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     if args.torch_threads:
@@ -434,8 +449,13 @@ def main() -> None:
         print(f"## generation throughput: {tp['batch']} concurrent tiny-model trajectories x {tp['turns']} turns x "
               f"{tp['new_tokens']} new tokens (prompts {tp['mean_prompt_tokens']:.0f} tokens on average, max {tp['max_prompt_tokens']})")
         print(f"exits {tp['exit_reasons']}; engine: {tp['engine_stats']['forward_passes']} forward passes, "
-              f"{tp['engine_stats']['prefill_tokens']} prefill + {tp['engine_stats']['decode_tokens']} decode tokens, max batch "
+              f"{tp['engine_stats']['prefill_tokens']} prefill ({tp['engine_stats']['reused_tokens']} more reused from kept KV) + "
+              f"{tp['engine_stats']['decode_tokens']} decode tokens, max batch "
               f"{tp['engine_stats']['max_batch']}")
+        es, rs = tp["engine_stats"], tp["raw_engine_stats"]
+        print(f"engine worker: rollout prefill {es['prefill_s']:.2f} s + merge {es['merge_s']:.2f} s + decode {es['decode_s']:.2f} s; "
+              f"raw prefill {rs['prefill_s']:.2f} s ({rs['prefill_tokens']:.0f} tokens) + merge {rs['merge_s']:.2f} s + "
+              f"decode {rs['decode_s']:.2f} s ({rs['forward_passes']:.0f} passes)")
         print(f"rollout, end to end      {tp['action_tokens']:6d} action tokens / {tp['rollout_wall_s']:6.2f} s wall = "
               f"{tp['rollout_tok_s']:8.1f} tok/s   ratio vs raw HFEngine = {tp['rollout_tok_s'] / eng['tok_s']:.2f}x")
         print(f"rollout, generating     {tp['action_tokens']:6d} action tokens / {tp['generation_busy_s']:6.2f} s with a request "
@@ -450,6 +470,8 @@ def main() -> None:
                   f"raw HFEngine {t['raw_engine_s']:6.2f} s")
         spread = ", ".join(f"{min(b['walls']):.2f}-{max(b['walls']):.2f} s" for b in (eng, gen))
         print(f"(baselines: median of {args.repeats} interleaved runs, ranges {spread}; load average now {load()})\n")
+        if args.throughput_only:
+            return
 
         sc = scripted_scenario(args, tasks, images, tokenizer, chat, work, run_id)
         results["scripted"] = sc
@@ -469,8 +491,8 @@ def main() -> None:
         print(f"\nload average at the end: {load()} (other jobs on this host make every figure noisy; compare ratios, not absolutes)")
     finally:
         reap(run_id)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,11 @@ class HFEngineConfig(BaseModel):
         None, ge=1, le=1024, description="torch intra-op threads of the engine's worker thread on CPU; None keeps torch's default. "
         "A small model beside busy sandboxes decodes fastest with 1: bench/bench_engine_threads.py measures it."
     )
+    kv_keep_tokens: int = Field(
+        131_072, ge=0, le=100_000_000, description="Tokens of KV cache kept for idle trajectories, so that a trajectory's next "
+        "turn prefills only what its prompt adds; the least recently used are dropped beyond it; 0 keeps none. "
+        "Memory: tokens x layers x 2 x kv heads x head dim x dtype bytes (a 0.5B Qwen2 in bf16: 12 KiB a token)."
+    )
     weight_load_timeout_s: float = Field(600, gt=0, le=86_400, description="load_weights waits this long for in-flight requests, then fails.")
     close_timeout_s: float = Field(30, gt=0, le=3600, description="close() waits this long for the worker's current forward pass.")
 

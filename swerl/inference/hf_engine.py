@@ -3,7 +3,9 @@
 All trajectories share one model. Requests wait in a queue; a worker thread runs a
 continuous batch: new requests are prefilled together and merged into the running batch
 at the next decode step, finished ones leave it, so every forward pass carries the
-pending requests of all concurrent trajectories. Sampling is our own loop (not
+pending requests of all concurrent trajectories. A finished request's KV cache is kept under
+its trajectory id (``swerl.inference.hf_kv``), so the trajectory's next turn prefills only
+the tokens its prompt adds. Sampling is our own loop (not
 ``model.generate``) so that nothing from the model's generation_config can reshape the
 distribution, and the log-prob of each sampled token is read off the exact distribution
 it was drawn from.
@@ -25,6 +27,7 @@ import torch
 from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig, request_limits
 from swerl.inference.config import HFEngineConfig
 from swerl.inference.factory import require_local_model
+from swerl.inference.hf_kv import KeptKV, KVStore, cache_layers, past_block, rebuild_cache, row_kv, stack_lpadded
 from swerl.inference.sampling import draw, sampling_logprobs
 from swerl.inference.weights import load_checkpoint_into
 
@@ -97,7 +100,9 @@ class HFEngine:
         model_max = getattr(self.model.config, "max_position_embeddings", None) or 32768
         self.max_context = min(self.config.max_context or model_max, model_max)
         self.policy_version = policy_version
-        self.stats = {"forward_passes": 0, "prefill_tokens": 0, "decode_tokens": 0, "max_batch": 0}
+        self.stats = {"forward_passes": 0, "prefill_tokens": 0, "reused_tokens": 0, "decode_tokens": 0, "max_batch": 0,
+                      "prefill_s": 0.0, "decode_s": 0.0, "merge_s": 0.0}
+        self.kept = KVStore(self.config.kv_keep_tokens)  # idle trajectories' KV, by trajectory id
         self.worker_threads: int | None = None  # the worker's torch thread count, once it runs
         self._queue: queue.Queue[_Slot] = queue.Queue()
         self._paused = threading.Event()
@@ -138,6 +143,7 @@ class HFEngine:
                 while self._active:
                     if not self._idle.wait(timeout=max(0.0, deadline - time.monotonic())):
                         raise EngineError(f"load_weights: {len(self._active)} requests still running after {self.config.weight_load_timeout_s}s")
+            self.kept.clear()  # keys and values of the old weights
             load_checkpoint_into(self.model, Path(checkpoint_dir))
             self.policy_version = policy_version
             self.model_path = str(checkpoint_dir)
@@ -191,11 +197,16 @@ class HFEngine:
             try:
                 new = self._take(block=state is None)
                 with torch.inference_mode():
+                    t0 = time.perf_counter()
                     if new:
                         fresh = self._prefill(new)
+                        t1 = time.perf_counter()
                         state = fresh if state is None else state.merge(fresh)
+                        self.stats["prefill_s"] += t1 - t0
+                        self.stats["merge_s"] += time.perf_counter() - t1
                     elif state is not None:
                         self._decode(state)
+                        self.stats["decode_s"] += time.perf_counter() - t0
                     if state is not None:
                         state = self._retire(state)
             except Exception as e:  # one bad batch fails its requests, never the worker
@@ -230,25 +241,33 @@ class HFEngine:
         return taken
 
     def _prefill(self, slots: list[_Slot]) -> _Batch:
-        width = max(len(s.request.prompt_ids) for s in slots)
+        """One forward pass over the new requests: each row's kept KV (if its trajectory has one that the
+        prompt extends) then the prompt tokens past it. Layout per row, left-padded in two blocks:
+        [pad, kept KV | pad, new tokens]; the attention mask's holes and explicit positions make the
+        padding invisible."""
+        kept = [self.kept.take(s.request.trajectory_id, s.request.prompt_ids) for s in slots]
+        reused = [len(k.ids) if k else 0 for k in kept]
+        news = [s.request.prompt_ids[n:] for s, n in zip(slots, reused)]
+        past, width = max(reused), max(len(x) for x in news)
         pad = self.model.config.pad_token_id or 0
         ids = torch.full((len(slots), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(slots), width), dtype=torch.long)
-        for row, s in enumerate(slots):
-            p = s.request.prompt_ids
-            ids[row, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[row, width - len(p):] = 1
+        mask = torch.zeros((len(slots), past + width), dtype=torch.long)
+        for row, (n, new) in enumerate(zip(reused, news)):
+            ids[row, width - len(new):] = torch.tensor(new, dtype=torch.long)
+            mask[row, past - n:past] = 1
+            mask[row, past + width - len(new):] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, past:]
         from transformers import DynamicCache
 
-        cache = DynamicCache(config=self.model.config)
+        cache = rebuild_cache(past_block(kept, past), self.model.config) if past else DynamicCache(config=self.model.config)
         # logits_to_keep=1: the prompt's full-vocabulary logits are never materialised
         with sdpa_without_cudnn(self.device):
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
                              logits_to_keep=1)
         self.stats["forward_passes"] += 1
-        self.stats["prefill_tokens"] += int(mask.sum())
+        self.stats["prefill_tokens"] += sum(len(x) for x in news)
+        self.stats["reused_tokens"] += sum(reused)
         batch = _Batch(slots=list(slots), cache=out.past_key_values, mask=mask, config=self.model.config)
         self._sample(batch, out.logits[:, -1, :])
         return batch
@@ -284,6 +303,7 @@ class HFEngine:
         for row, s in enumerate(batch.slots):
             stopped = s.ids[-1] in s.stop
             if stopped or len(s.ids) >= s.max_new:
+                self._keep(batch, row)
                 self._finish(s, reason="stop" if stopped else "length")
             else:
                 keep.append(row)
@@ -292,6 +312,18 @@ class HFEngine:
         if len(keep) < len(batch.slots):
             batch.select(keep)
         return batch
+
+    def _keep(self, batch: _Batch, row: int) -> None:
+        """Keep a finishing row's KV (its prompt and all sampled tokens but the last, never fed) for its trajectory's next turn."""
+        s = batch.slots[row]
+        if not s.request.trajectory_id or self.kept.budget_tokens == 0:
+            return
+        fed = s.request.prompt_ids + s.ids[:-1]
+        if int(batch.mask[row].sum()) != len(fed):  # cannot happen; a wrong cache would silently change samples
+            log.warning("not keeping the KV of %s: %d cached positions for %d fed tokens", s.request.request_id,
+                        int(batch.mask[row].sum()), len(fed))
+            return
+        self.kept.put(s.request.trajectory_id, KeptKV(fed, row_kv(cache_layers(batch.cache), row, batch.mask[row])))
 
     def _finish(self, slot: _Slot, reason: str = "length", error: Exception | None = None) -> None:
         if error is not None:
@@ -336,34 +368,11 @@ class _Batch:
         lead = int((self.mask.cumsum(-1) == 0).sum(-1).min())
         if lead:
             self.mask = self.mask[:, lead:]
-            self.cache = _rebuild_cache([(k[:, :, lead:], v[:, :, lead:]) for k, v in _layers(self.cache)], self.config)
+            self.cache = rebuild_cache([(k[:, :, lead:], v[:, :, lead:]) for k, v in cache_layers(self.cache)], self.config)
 
     def merge(self, other: _Batch) -> _Batch:
-        """Join ``other`` (fresh prefills) to this batch, left-padding the shorter one."""
-        width = max(self.mask.shape[1], other.mask.shape[1])
-        layers = []
-        for (k1, v1), (k2, v2) in zip(_layers(self.cache), _layers(other.cache)):
-            layers.append((torch.cat([_lpad(k1, width), _lpad(k2, width)]), torch.cat([_lpad(v1, width), _lpad(v2, width)])))
-        mask = torch.cat([_lpad(self.mask, width), _lpad(other.mask, width)])
-        return _Batch(slots=self.slots + other.slots, cache=_rebuild_cache(layers, self.config), mask=mask, config=self.config)
-
-
-def _layers(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [(layer.keys, layer.values) for layer in cache.layers]
-
-
-def _rebuild_cache(layers: list[tuple[torch.Tensor, torch.Tensor]], config) -> object:
-    from transformers import DynamicCache
-
-    return DynamicCache(ddp_cache_data=layers, config=config)
-
-
-def _lpad(t: torch.Tensor, width: int) -> torch.Tensor:
-    """Left-pad the sequence axis (dim 2 for KV [B,H,T,D], dim 1 for a [B,T] mask) with zeros."""
-    axis = 2 if t.dim() == 4 else 1
-    missing = width - t.shape[axis]
-    if missing <= 0:
-        return t
-    shape = list(t.shape)
-    shape[axis] = missing
-    return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim=axis)
+        """Join ``other`` (fresh prefills) to this batch, left-padding the shorter one; one copy of each."""
+        layers = [(stack_lpadded(k1, k2), stack_lpadded(v1, v2))
+                  for (k1, v1), (k2, v2) in zip(cache_layers(self.cache), cache_layers(other.cache))]
+        return _Batch(slots=self.slots + other.slots, cache=rebuild_cache(layers, self.config),
+                      mask=stack_lpadded(self.mask, other.mask), config=self.config)
