@@ -181,6 +181,7 @@ class FakeServer:
         self.delay_s = 0.0
         self.dev: dict | None = None  # None: no dev endpoints; else {"extension": bool, "fail": bool}
         self.events: list[str] = []  # "answered" per completion sent back, and the dev paths, in order
+        self.served = {"checkpoint": None, "version": None, "reloads": 0}  # swerl's extension: the last reload
         self.in_flight = self.max_in_flight = 0
         self.lock = threading.Lock()
         server = self
@@ -203,8 +204,12 @@ class FakeServer:
                     return self._send(200, {"status": "ok"})
                 if body["method"] == "swerl_reload_weights" and not server.dev["extension"]:
                     return self._send(500, {"error": {"message": "Worker failed with error ''CPUWorker' object has no attribute 'swerl_reload_weights''"}})
+                if body["method"] == "swerl_served_policy":  # what the extension's workers report
+                    return self._send(200, {"results": [dict(server.served)]})
                 if server.dev["fail"]:
                     return self._send(500, {"error": {"message": "Worker failed with error 'boom'"}})
+                if body["method"] == "swerl_reload_weights" and not server.dev.get("forget"):
+                    server.served = {"checkpoint": body["args"][0], "version": body["args"][1], "reloads": 1}
                 self._send(200, {"results": [None]})
 
             def do_GET(self):
@@ -368,8 +373,10 @@ def test_load_weights_through_the_worker_extension(fake, tmp_path):
     ckpt = checkpoint(tmp_path / "c", tied=True)
     engine.load_weights(ckpt, "4")
     assert engine.policy_version == "4"
-    assert reload_calls(fake) == ["/pause?mode=wait", "swerl_reload_weights", "/reset_prefix_cache", "/resume", "/health"]
-    assert [b for p, b in fake.requests if p == "/collective_rpc"][0]["args"] == [str(ckpt.resolve())]
+    # then every worker is asked what it now serves
+    assert reload_calls(fake) == ["/pause?mode=wait", "swerl_reload_weights", "/reset_prefix_cache", "/resume", "/health",
+                                  "swerl_served_policy"]
+    assert [b for p, b in fake.requests if p == "/collective_rpc"][0]["args"] == [str(ckpt.resolve()), "4"]
 
 
 def test_load_weights_without_the_extension(fake, tmp_path):
@@ -519,3 +526,23 @@ def test_a_hung_server_times_out_and_leaves_no_process(tmp_path):
     finally:
         server.stop(grace_s=0.5)
     assert group_members(server.process.pid) == [] and server.process.returncode == -9 and time.monotonic() - t0 < 15
+
+
+def test_ensure_policy_reloads_only_what_the_server_does_not_already_serve(fake, tmp_path):
+    fake.dev = {"extension": True, "fail": False}
+    engine = OpenAIEngine(fast_config(fake.url, max_context=64), policy_version="0")
+    ckpt = checkpoint(tmp_path / "c", tied=False)
+    assert engine.ensure_policy(ckpt, "1") is True and engine.policy_version == "1"
+    fake.requests.clear()
+    assert engine.ensure_policy(ckpt, "1") is False  # asked once, not reloaded
+    assert reload_calls(fake) == ["swerl_served_policy"]
+    fake.served = {"checkpoint": str(ckpt.resolve()), "version": "other", "reloads": 1}  # someone else's reload
+    assert engine.ensure_policy(ckpt, "1") is True
+
+
+def test_a_reload_the_workers_do_not_report_fails_and_keeps_the_version(fake, tmp_path):
+    fake.dev = {"extension": True, "fail": False, "forget": True}  # the workers keep reporting what they had
+    engine = OpenAIEngine(fast_config(fake.url, max_context=64), policy_version="0")
+    with pytest.raises(EngineError, match="not the ones asked for"):
+        engine.load_weights(checkpoint(tmp_path / "c", tied=False), "1")
+    assert engine.policy_version == "0"
