@@ -22,7 +22,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from importlib import resources
 
 import docker
 from docker.errors import APIError, DockerException, NotFound
@@ -33,6 +32,7 @@ from swerl.envs import labels
 from swerl.envs.docker_client import DockerUnavailableError, docker_client
 from swerl.envs.docker_config import (PYTHON_CANDIDATES, SWEBENCH_ACTIVATE, SWEBENCH_CONDA_ENV, DockerSandboxConfig,
                                       concurrency_slots)
+from swerl.envs.container_files import exec_any_python, runner_source, tar_of
 from swerl.envs.docker_reaper import reap_containers, running_containers  # noqa: F401 (re-exported)
 from swerl.envs.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel
 from swerl.envs.sandbox import ExecResult, RunnerFailed, SandboxError, exec_result, git_diff
@@ -40,31 +40,10 @@ from swerl.envs.sandbox import ExecResult, RunnerFailed, SandboxError, exec_resu
 RUNNER_DIR = "/opt/swerl"
 RUNNER = f"{RUNNER_DIR}/swerl_exec.py"
 HOST_GRACE_S = 15.0
-def _runner_source() -> bytes:
-    return resources.files("swerl.envs").joinpath("resources/swerl_exec.py").read_bytes()
-
-
-def _tar(files: dict[str, tuple[bytes, int]]) -> bytes:
-    """A tar of ``{path relative to /: (data, mode)}``; unpacked at ``/`` it creates missing parents too."""
-    buf = io.BytesIO()
-    now = int(time.time())
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        for name, (data, mode) in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), mode, now
-            tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
 
 # Where python3 lives, and what an activation leaves in the environment, are properties of the image:
 # probing once per image saves docker execs on every later sandbox.
 _PYTHON_BY_IMAGE: dict[str, str] = {}
-
-
-def _exec_any_python(args: str) -> str:
-    """A shell line that runs the first python3 of PYTHON_CANDIDATES with ``args`` (exit 127: none)."""
-    found = "; ".join(f'[ -x {p} ] && exec {p} -I -S {args}' for p in PYTHON_CANDIDATES)
-    return f"{found}; command -v python3 >/dev/null && exec python3 -I -S {args}; exit 127"
 _ACTIVATED_ENV: dict[tuple[str, str], dict[str, str]] = {}
 
 
@@ -144,14 +123,14 @@ class DockerSandbox:
             except DockerException:
                 self._channel = None  # one exec per command still works
         if self._preload:  # with the runner as a file: grading helpers import it
-            self.write_files({RUNNER: (_runner_source(), 0o755), **self._preload})
+            self.write_files({RUNNER: (runner_source(), 0o755), **self._preload})
         if self.base_commit is None:
             head = self.exec(f"git -C {cfg.workdir} rev-parse HEAD", timeout=60).output.strip()
             self.base_commit = head if len(head) == 40 else None
 
     def _runner_argv(self, *args: str, unbuffered: bool = False) -> list[str]:
         """swerl's runner, its source on the command line: nothing needs copying in before a command."""
-        return [self._python, "-I", "-S", *(["-u"] if unbuffered else []), "-c", _runner_source().decode(), *args]
+        return [self._python, "-I", "-S", *(["-u"] if unbuffered else []), "-c", runner_source().decode(), *args]
 
     def _activated_env(self) -> dict[str, str]:
         """The variables an activation sets or changes, to pass to every command (probed once per image)."""
@@ -296,13 +275,13 @@ class DockerSandbox:
                    "cwd": cfg.workdir, "env": dict(_ACTIVATED_ENV.get(key, {})), "sweep": cfg.sweep_after_exec}
         if key not in _ACTIVATED_ENV:
             request["activate"] = self._activation_spec()
-        runner = _runner_source()
+        runner = runner_source()
         files = {RUNNER: (runner, 0o755), **{"/" + p: e for p, e in self._archive_entries(self._preload).items()}}
         sent = json.dumps({"request": request, "files": {p: (base64.b64encode(d).decode(), m) for p, (d, m) in files.items()}})
         python = _PYTHON_BY_IMAGE.get(self.image)
         # the runner's source rides on its command line and the rest on stdin: a docker cp costs ~45 ms
         command = ([python, "-I", "-S", "-c", runner.decode(), "--once"] if python
-                   else ["sh", "-c", _exec_any_python('-c "$1" --once'), "sh", runner.decode()])
+                   else ["sh", "-c", exec_any_python('-c "$1" --once'), "sh", runner.decode()])
         try:
             cid = api.create_container(self.image, command=command, stdin_open=True, labels=self._labels(),
                                        working_dir=cfg.workdir, name=f"swerl-{uuid.uuid4().hex[:12]}",
@@ -382,7 +361,7 @@ class DockerSandbox:
                     return
                 raise SandboxError(f"cannot write {sorted(sent)[:5]} in the sandbox: {str(answer)[:300]}")
         try:
-            written = self._container.put_archive("/", _tar(entries))
+            written = self._container.put_archive("/", tar_of(entries))
         except DockerException as e:
             raise SandboxError(f"cannot write {sorted('/' + p for p in entries)[:5]} in the sandbox: {e}") from e
         if not written:

@@ -24,7 +24,8 @@ import uuid
 from swerl.envs import labels
 from swerl.envs.docker_reaper import _pid_alive
 from swerl.envs.docker_config import PYTHON_CANDIDATES, SWEBENCH_ACTIVATE, SWEBENCH_CONDA_ENV
-from swerl.envs.docker_sandbox import HOST_GRACE_S, RUNNER, _runner_source, _tar
+from swerl.envs.container_files import runner_source, tar_of
+from swerl.envs.docker_sandbox import HOST_GRACE_S, RUNNER
 from swerl.envs.k8s_api import (PodExec, call, create_pod, delete_pod, ensure_deny_all, label_value, pod_manifest,
                                 status_of, wait_running)
 from swerl.envs.k8s_config import KubernetesSandboxConfig, api_client, close_client, session
@@ -84,7 +85,7 @@ class KubernetesSandbox:
         wait_running(cfg, self._core, self.pod_name)
         self._running = True
         self._python = _PYTHON_BY_IMAGE.get(self.image) or _PYTHON_BY_IMAGE.setdefault(self.image, self._find_python())
-        self.write_files({RUNNER: (_runner_source(), 0o755), **self._preload})
+        self.write_files({RUNNER: (runner_source(), 0o755), **self._preload})
         key = (self.image, cfg.activate or "")
         if key not in _ACTIVATED_ENV:
             _ACTIVATED_ENV[key] = self._probe_activation()
@@ -219,7 +220,7 @@ class KubernetesSandbox:
         if not self._running or self._closed:
             raise SandboxError("file access on a sandbox that is not running; use it inside `with`")
         entries = {self._abs(p).lstrip("/"): (d.encode() if isinstance(d, str) else d, m) for p, (d, m) in files.items()}
-        archive = _tar(entries)
+        archive = tar_of(entries)
         code, out = self._raw(["sh", "-c", f"head -c {len(archive)} | tar -x -f - -C / --no-same-owner"], archive)
         if code != 0:
             raise SandboxError(f"cannot write {sorted('/' + p for p in entries)[:5]} in the sandbox: {out[-300:]}")
