@@ -1,14 +1,19 @@
-"""What swerl puts into a container: its runner's source, files as a tar, and a shell line that
-finds a python3 to run the runner with."""
+"""What swerl puts into a container and asks of its image, whatever runs the container (Docker,
+Kubernetes): the runner's source, files as a tar, where python3 is, and what an activation sets."""
 
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 import time
 from importlib import resources
 
-from swerl.envs.docker_config import PYTHON_CANDIDATES
+from swerl.envs.docker_config import PYTHON_CANDIDATES, SWEBENCH_ACTIVATE, SWEBENCH_CONDA_ENV
+from swerl.envs.sandbox import SandboxError
+
+# prints the first python3 of PYTHON_CANDIDATES, else the one on PATH
+PYTHON_PROBE = " || ".join(f"test -x {p} && echo {p}" for p in PYTHON_CANDIDATES) + " || command -v python3"
 
 
 def runner_source() -> bytes:
@@ -31,3 +36,40 @@ def exec_any_python(args: str) -> str:
     """A shell line that runs the first python3 of PYTHON_CANDIDATES with ``args`` (exit 127: none)."""
     found = "; ".join(f'[ -x {p} ] && exec {p} -I -S {args}' for p in PYTHON_CANDIDATES)
     return f"{found}; command -v python3 >/dev/null && exec python3 -I -S {args}; exit 127"
+
+
+def found_python(image: str, code: int | None, out: str) -> str:
+    """The python3 PYTHON_PROBE found in ``image``, from its exit code and output; SandboxError otherwise."""
+    found = out.strip().splitlines()
+    if code == 0 and found and found[0].startswith("/"):
+        return found[0]
+    if code in (1, 127) and not found:
+        raise SandboxError(f"image {image} has no python3; the sandbox runner needs one")
+    # anything else is the probe failing (a container dying under load), not the image
+    raise SandboxError(f"probing {image} for python3 failed (exit code {code}): {out[-300:]!r}")
+
+
+def activation_spec(activate: str | None) -> dict | None:
+    """What the runner sources to activate an image's environment (a sandbox config's ``activate``):
+    'auto' is SWE-bench's conda environment where the image has one; None: nothing."""
+    if activate == "auto":
+        return {"probe": f"{SWEBENCH_CONDA_ENV}/bin/python", "lines": SWEBENCH_ACTIVATE}
+    return {"probe": None, "lines": activate} if activate else None
+
+
+def activated_env(image: str, answer: dict) -> dict[str, str]:
+    """The variables an activation set, from the runner's answer (``--activate``, or a one-shot run's)."""
+    if "activation_error" in answer:
+        raise SandboxError(f"{answer['activation_error']} in {image}; fix the image or set the sandbox's "
+                           "`activate` (None: the image's own environment)")
+    return answer.get("activated_env", answer.get("env")) or {}
+
+
+def probed_activation(image: str, code: int | None, out: str) -> dict[str, str]:
+    """``activated_env`` of the runner's ``--activate`` answer, its last line of ``out``."""
+    try:
+        answer = json.loads(out.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise SandboxError(f"probing the environment of {image} failed (exit {code}): {out[-300:]!r}") from None
+    return activated_env(image, answer)
+

@@ -30,9 +30,9 @@ from requests.exceptions import ReadTimeout
 
 from swerl.envs import labels
 from swerl.envs.docker_client import DockerUnavailableError, docker_client
-from swerl.envs.docker_config import (PYTHON_CANDIDATES, SWEBENCH_ACTIVATE, SWEBENCH_CONDA_ENV, DockerSandboxConfig,
-                                      concurrency_slots)
-from swerl.envs.container_files import exec_any_python, runner_source, tar_of
+from swerl.envs.docker_config import DockerSandboxConfig, concurrency_slots
+from swerl.envs.container_files import (PYTHON_PROBE, activated_env, activation_spec, exec_any_python, found_python,
+                                       probed_activation, runner_source, tar_of)
 from swerl.envs.docker_reaper import reap_containers, running_containers  # noqa: F401 (re-exported)
 from swerl.envs.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel
 from swerl.envs.sandbox import ExecResult, RunnerFailed, SandboxError, exec_result, git_diff
@@ -140,24 +140,11 @@ class DockerSandbox:
         return dict(_ACTIVATED_ENV[key])
 
     def _activation_spec(self) -> dict | None:
-        """What the runner sources to activate the image's environment (``activate`` of the config)."""
-        if self.config.activate == "auto":
-            return {"probe": f"{SWEBENCH_CONDA_ENV}/bin/python", "lines": SWEBENCH_ACTIVATE}
-        return {"probe": None, "lines": self.config.activate} if self.config.activate else None
+        return activation_spec(self.config.activate)
 
     def _probe_activation(self) -> dict[str, str]:
         code, out = self._container.exec_run(self._runner_argv("--activate", json.dumps(self._activation_spec())), demux=False)
-        try:
-            answer = json.loads((out or b"").decode("utf-8", "replace").strip().splitlines()[-1])
-        except (IndexError, json.JSONDecodeError):
-            raise SandboxError(f"probing the environment of {self.image} failed (exit {code}): {(out or b'')[-300:]!r}") from None
-        return self._activated(answer)
-
-    def _activated(self, answer: dict) -> dict[str, str]:
-        if "activation_error" in answer:
-            raise SandboxError(f"{answer['activation_error']} in {self.image}; fix the image or set the sandbox's "
-                               "`activate` (None: the image's own environment)")
-        return answer.get("activated_env", answer.get("env")) or {}
+        return probed_activation(self.image, code, (out or b"").decode("utf-8", "replace"))
 
     @property
     def workdir(self) -> str:
@@ -177,15 +164,8 @@ class DockerSandbox:
         return (out or b"").decode("utf-8", "replace") if code == 0 else ""
 
     def _find_python(self) -> str:
-        probe = " || ".join(f"test -x {p} && echo {p}" for p in PYTHON_CANDIDATES) + " || command -v python3"
-        code, out = self._container.exec_run(["sh", "-c", probe], demux=False)
-        found = (out or b"").decode("utf-8", "replace").strip().splitlines()
-        if code == 0 and found and found[0].startswith("/"):
-            return found[0]
-        if code in (1, 127) and not found:
-            raise SandboxError(f"image {self.image} has no python3; the sandbox runner needs one")
-        # anything else is the probe failing (a container dying under load), not the image
-        raise SandboxError(f"probing {self.image} for python3 failed (exit code {code}): {(out or b'')[-300:]!r}")
+        code, out = self._container.exec_run(["sh", "-c", PYTHON_PROBE], demux=False)
+        return found_python(self.image, code, (out or b"").decode("utf-8", "replace"))
 
     def close(self) -> None:
         if self._closed:
@@ -315,7 +295,7 @@ class DockerSandbox:
         if not isinstance(answer, dict):
             raise RunnerFailed(f"sandbox runner gave a malformed answer: {str(answer)[:200]}")
         self._python = _PYTHON_BY_IMAGE.setdefault(self.image, str(answer.pop("python", "")) or "python3")
-        self._env = _ACTIVATED_ENV.setdefault(key, self._activated(answer))
+        self._env = _ACTIVATED_ENV.setdefault(key, activated_env(self.image, answer))
         answer.pop("activated_env", None)
         return exec_result(cmd, answer)
 

@@ -23,8 +23,8 @@ import uuid
 
 from swerl.envs import labels
 from swerl.envs.docker_reaper import _pid_alive
-from swerl.envs.docker_config import PYTHON_CANDIDATES, SWEBENCH_ACTIVATE, SWEBENCH_CONDA_ENV
-from swerl.envs.container_files import runner_source, tar_of
+from swerl.envs.container_files import (PYTHON_PROBE, activation_spec, found_python, probed_activation, runner_source,
+                                       tar_of)
 from swerl.envs.docker_sandbox import HOST_GRACE_S, RUNNER
 from swerl.envs.k8s_api import (PodExec, call, create_pod, delete_pod, ensure_deny_all, label_value, pod_manifest,
                                 status_of, wait_running)
@@ -153,32 +153,14 @@ class KubernetesSandbox:
         return ran.exit_code(), (ran.stdout + ran.stderr).decode("utf-8", "replace")
 
     def _find_python(self) -> str:
-        probe = " || ".join(f"test -x {p} && echo {p}" for p in PYTHON_CANDIDATES) + " || command -v python3"
-        code, out = self._raw(["sh", "-c", probe])
-        found = out.strip().splitlines()
-        if code == 0 and found and found[0].startswith("/"):
-            return found[0]
-        if code in (1, 127) and not found:
-            raise SandboxError(f"image {self.image} has no python3; the sandbox runner needs one")
-        raise SandboxError(f"probing {self.image} for python3 failed (exit code {code}): {out[-300:]!r}")
+        return found_python(self.image, *self._raw(["sh", "-c", PYTHON_PROBE]))
 
     def _probe_activation(self) -> dict[str, str]:
         """The variables the configured activation sets or changes, passed to every command."""
-        if self.config.activate == "auto":
-            spec = {"probe": f"{SWEBENCH_CONDA_ENV}/bin/python", "lines": SWEBENCH_ACTIVATE}
-        elif self.config.activate:
-            spec = {"probe": None, "lines": self.config.activate}
-        else:
+        spec = activation_spec(self.config.activate)
+        if spec is None:
             return {}
-        code, out = self._raw([self._python, "-I", "-S", RUNNER, "--activate", json.dumps(spec)])
-        try:
-            answer = json.loads(out.strip().splitlines()[-1])
-        except (IndexError, ValueError):
-            raise SandboxError(f"probing the environment of {self.image} failed (exit {code}): {out[-300:]!r}") from None
-        if "activation_error" in answer:
-            raise SandboxError(f"{answer['activation_error']} in {self.image}; fix the image or set the sandbox's "
-                               "`activate` (None: the image's own environment)")
-        return answer.get("env") or {}
+        return probed_activation(self.image, *self._raw([self._python, "-I", "-S", RUNNER, "--activate", json.dumps(spec)]))
 
     def exec(self, cmd: str, timeout: float | None = None, *, cwd: str | None = None,
              env: dict[str, str] | None = None) -> ExecResult:
