@@ -15,22 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support, when run as a script
 
-def moved_checkpoint(model_dir: Path, out: Path, seed: int) -> Path:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.1)
-    model.save_pretrained(out)
-    return out.resolve()
+from tests.support.checkpoints import moved_checkpoint  # noqa: E402
 
 
 def main() -> None:
@@ -48,7 +40,7 @@ def main() -> None:
         from swerl.models import init_tiny
 
         args.model = init_tiny(work / "tiny")
-    checkpoints = [moved_checkpoint(args.model, work / f"step-{k}", k) for k in range(1, args.updates + 1)]
+    checkpoints = [moved_checkpoint(args.model, work / f"step-{k}", k, scale=0.1).resolve() for k in range(1, args.updates + 1)]
 
     t0 = time.perf_counter()
     with serve_vllm(args.model, log_path=work / "server.log", startup_timeout_s=600) as url:

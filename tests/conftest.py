@@ -92,17 +92,9 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def trained_checkpoint(tiny_model_dir, tmp_path_factory) -> Path:
     """A 'trainer checkpoint' of the tiny policy: every weight moved (noise 0.3, seeded), saved with save_pretrained."""
-    import torch
-    from transformers import AutoModelForCausalLM
+    from tests.support.checkpoints import moved_checkpoint
 
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    gen = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
-    out = tmp_path_factory.mktemp("ckpt") / "step-1"
-    model.save_pretrained(out)
-    return out
+    return moved_checkpoint(tiny_model_dir, tmp_path_factory.mktemp("ckpt") / "step-1", seed=7)
 
 
 @pytest.fixture(scope="session")

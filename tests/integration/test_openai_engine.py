@@ -19,6 +19,7 @@ from swerl.inference.config import OpenAIEngineConfig
 from swerl.inference.openai_engine import OpenAIEngine
 from swerl.inference.vllm_server import free_port, serve_vllm
 from swerl.util.processes import group_members
+from tests.support.checkpoints import moved_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -107,19 +108,6 @@ def test_dead_port_fails_fast_with_bounded_retries():
 # --- one server for every stage: the policy reloaded in place, and checked --------------------------
 
 
-def moved(model_dir, out, seed: int):
-    """A checkpoint of the tiny policy with every weight moved (seeded), as a trainer would write it."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
-    model.save_pretrained(out)
-    return out.resolve()
-
-
 def worst_logprob_gap(checkpoint, prompt: list[int], gen) -> float:
     from transformers import AutoModelForCausalLM
 
@@ -131,7 +119,7 @@ def worst_logprob_gap(checkpoint, prompt: list[int], gen) -> float:
 @pytest.fixture(scope="module")
 def checkpoints(tiny_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("policies")
-    return [moved(tiny_model_dir, root / f"step-{k}", seed=k) for k in (1, 2)]
+    return [moved_checkpoint(tiny_model_dir, root / f"step-{k}", seed=k).resolve() for k in (1, 2)]
 
 
 def test_ensure_policy_reloads_each_new_checkpoint_once_and_the_server_samples_from_it(server, checkpoints, prompts):

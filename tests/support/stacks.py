@@ -29,13 +29,19 @@ def own_stack(home: Path, **settings) -> Iterator:
 
 @contextmanager
 def prefect_api_of(url: str) -> Iterator[str]:
-    """The Prefect client settings pointed at ``url`` for the block; on leaving it, the run-log and event
-    workers send what they hold while that server still answers. Otherwise they keep it queued for a
-    server that is gone, and the session's last drain (prefect_test_harness) waits on it forever."""
+    """The Prefect client settings pointed at ``url`` for the block.
+
+    Prefect keeps one run-log worker and one event worker per process, keyed without the API URL, and
+    each reads the URL once, when it starts. So they are drained on entering the block (a worker started
+    for another server would otherwise send this block's events there: the server writes task runs from
+    events, so they would be missing here) and again on leaving it, while ``url`` still answers (else they
+    keep it queued for a server that is gone, and the session's last drain waits on it forever)."""
     from prefect.events.worker import EventsWorker
     from prefect.logging.handlers import APILogWorker
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
+    APILogWorker.drain_all(timeout=30)
+    EventsWorker.drain_all(timeout=30)
     with temporary_settings({PREFECT_API_URL: url}):
         try:
             yield url
