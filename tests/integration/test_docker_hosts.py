@@ -25,6 +25,7 @@ from swerl.envs.sandbox import HostLost, SandboxError
 from swerl.grading.grader import GradingConfig, grade_prediction
 from swerl.stages.errors import InfraFailureRate
 from swerl.stages.rollout import RolloutStage, SamplerConfig, run_eval
+from tests.support import netns
 from tests.support.netns_docker import NamespaceUnavailable, netns_dockerd
 
 LOCAL = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
@@ -37,7 +38,7 @@ def host2(docker_ready):
         with netns_dockerd() as host:
             yield host
     except NamespaceUnavailable as e:
-        pytest.skip(f"no second Docker daemon can be made here: {e}")
+        netns.unavailable("a second Docker daemon", e)
 
 
 @pytest.fixture(scope="module", autouse=True)

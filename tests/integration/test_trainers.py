@@ -229,7 +229,7 @@ def second_node():
     try:
         ns = netns.make(f"swtrain{uuid.uuid4().hex[:4]}", f"10.230.{random.randint(1, 250)}")
     except (RuntimeError, FileNotFoundError) as e:
-        pytest.skip(f"a network namespace cannot be made here: {e}")
+        netns.unavailable("a network namespace", e)
     yield ns
     netns.remove(ns)
 
