@@ -2,6 +2,7 @@
 grading time per task (every defence layer on) against the test command alone.
 
     .venv/bin/python bench/bench_envs.py [--execs 50] [--starts 8] [--concurrency 1 2 4] [--grading-reps 2]
+                                         [--sections exec start throughput per-task]
 
 Builds the demo images first (cached), then prints figures; ratios are against raw
 Docker measured in the same run.
@@ -37,6 +38,9 @@ def ms(xs: list[float]) -> str:
     return f"median {statistics.median(xs) * 1e3:7.1f} ms  p90 {sorted(xs)[int(0.9 * (len(xs) - 1))] * 1e3:7.1f} ms"
 
 
+SECTIONS = ("exec", "start", "throughput", "per-task")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--execs", type=int, default=50)
@@ -44,6 +48,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--grading-reps", type=int, default=2, help="Repetitions of the per-task grading vs test-command "
                     "comparison (bench_grading.py measures more tasks).")
+    ap.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="swerl-bench-"))
@@ -56,69 +61,73 @@ def main() -> None:
     cmd = "git status --short | wc -l"
 
     print(f"# swerl environment benchmarks ({len(tasks)} demo tasks, image {image})\n")
-    with DockerSandbox(image, DockerSandboxConfig()) as sb:
-        cid = sb.container_id
-        sb.exec(cmd)
-        ours = timed(lambda: sb.exec(cmd), args.execs)
-        raw_cli = timed(lambda: subprocess.run(["docker", "exec", "-w", "/testbed", cid, "bash", "-c", cmd], capture_output=True, check=True), args.execs)
-        container = client.containers.get(cid)
-        raw_api = timed(lambda: container.exec_run(["bash", "-c", cmd], workdir="/testbed"), args.execs)
-    with DockerSandbox(image, DockerSandboxConfig(exec_channel=True)) as sb:
-        sb.exec(cmd)
-        channel = timed(lambda: sb.exec(cmd), args.execs)
-    print("## exec overhead (same command, same container)")
-    print(f"sandbox.exec          {ms(ours)}")
-    print(f"sandbox.exec, channel {ms(channel)}   ratio channel/raw CLI = {statistics.median(channel) / statistics.median(raw_cli):.2f}x")
-    print(f"raw docker exec (CLI) {ms(raw_cli)}   ratio sandbox/raw = {statistics.median(ours) / statistics.median(raw_cli):.2f}x")
-    print(f"raw exec_run (API)    {ms(raw_api)}   ratio sandbox/raw = {statistics.median(ours) / statistics.median(raw_api):.2f}x\n")
+    if "exec" in args.sections:
+        with DockerSandbox(image, DockerSandboxConfig()) as sb:
+            cid = sb.container_id
+            sb.exec(cmd)
+            ours = timed(lambda: sb.exec(cmd), args.execs)
+            raw_cli = timed(lambda: subprocess.run(["docker", "exec", "-w", "/testbed", cid, "bash", "-c", cmd], capture_output=True, check=True), args.execs)
+            container = client.containers.get(cid)
+            raw_api = timed(lambda: container.exec_run(["bash", "-c", cmd], workdir="/testbed"), args.execs)
+        with DockerSandbox(image, DockerSandboxConfig(exec_channel=True)) as sb:
+            sb.exec(cmd)
+            channel = timed(lambda: sb.exec(cmd), args.execs)
+        print("## exec overhead (same command, same container)")
+        print(f"sandbox.exec          {ms(ours)}")
+        print(f"sandbox.exec, channel {ms(channel)}   ratio channel/raw CLI = {statistics.median(channel) / statistics.median(raw_cli):.2f}x")
+        print(f"raw docker exec (CLI) {ms(raw_cli)}   ratio sandbox/raw = {statistics.median(ours) / statistics.median(raw_cli):.2f}x")
+        print(f"raw exec_run (API)    {ms(raw_api)}   ratio sandbox/raw = {statistics.median(ours) / statistics.median(raw_api):.2f}x\n")
 
-    base = tasks[0].base_commit
+    if "start" in args.sections:
+        base = tasks[0].base_commit
 
-    def agent_sandbox() -> None:  # as rollouts make them: the exec channel on, base_commit known
-        with DockerSandbox(image, DockerSandboxConfig(exec_channel=True), base_commit=base) as s:
-            s.exec("true")
+        def agent_sandbox() -> None:  # as rollouts make them: the exec channel on, base_commit known
+            with DockerSandbox(image, DockerSandboxConfig(exec_channel=True), base_commit=base) as s:
+                s.exec("true")
 
-    def exec_each() -> None:
-        with DockerSandbox(image, DockerSandboxConfig(), base_commit=base) as s:
-            s.exec("true")
+        def exec_each() -> None:
+            with DockerSandbox(image, DockerSandboxConfig(), base_commit=base) as s:
+                s.exec("true")
 
-    def one_shot() -> None:  # as gradings run: the command is the container's own
-        s = DockerSandbox(image, DockerSandboxConfig())
-        try:
-            s.run_once("true")
-        finally:
-            s.close()
+        def one_shot() -> None:  # as gradings run: the command is the container's own
+            s = DockerSandbox(image, DockerSandboxConfig())
+            try:
+                s.run_once("true")
+            finally:
+                s.close()
 
-    def raw_run() -> None:
-        subprocess.run(["docker", "run", "--rm", "--network", "none", image, "true"], capture_output=True, check=True)
+        def raw_run() -> None:
+            subprocess.run(["docker", "run", "--rm", "--network", "none", image, "true"], capture_output=True, check=True)
 
-    for warm in (agent_sandbox, exec_each, one_shot, raw_run):  # the image's python3 and environment, probed once
-        warm()
-    starts = {name: [] for name in ("agent", "exec", "once", "raw")}
-    for _ in range(args.starts):  # interleaved, so load drifts reach every variant alike
-        for name, fn in (("agent", agent_sandbox), ("exec", exec_each), ("once", one_shot), ("raw", raw_run)):
-            starts[name] += timed(fn, 1)
-    raw = statistics.median(starts["raw"])
-    print("## container start latency (start, first command, removal)")
-    for name, label in (("agent", "agent sandbox (channel)"), ("exec", "exec per command     "),
-                        ("once", "run_once (grading)   ")):
-        print(f"{label}  {ms(starts[name])}   ratio to docker run = {statistics.median(starts[name]) / raw:.2f}x")
-    print(f"raw docker run --rm      {ms(starts['raw'])}\n")
+        for warm in (agent_sandbox, exec_each, one_shot, raw_run):  # the image's python3 and environment, probed once
+            warm()
+        starts = {name: [] for name in ("agent", "exec", "once", "raw")}
+        for _ in range(args.starts):  # interleaved, so load drifts reach every variant alike
+            for name, fn in (("agent", agent_sandbox), ("exec", exec_each), ("once", one_shot), ("raw", raw_run)):
+                starts[name] += timed(fn, 1)
+        raw = statistics.median(starts["raw"])
+        print("## container start latency (start, first command, removal)")
+        for name, label in (("agent", "agent sandbox (channel)"), ("exec", "exec per command     "),
+                            ("once", "run_once (grading)   ")):
+            print(f"{label}  {ms(starts[name])}   ratio to docker run = {statistics.median(starts[name]) / raw:.2f}x")
+        print(f"raw docker run --rm      {ms(starts['raw'])}\n")
 
-    print("## grading throughput (gold patches, fresh sandbox each)")
-    base = None
-    for c in args.concurrency:
-        jobs = [(t, t.patch, images[t.instance_id], "gold") for t in tasks]
-        t0 = time.perf_counter()
-        results = grade_many(jobs, GradingConfig(), concurrency=c)
-        wall = time.perf_counter() - t0
-        per_min = len(jobs) / wall * 60
-        base = base or per_min
-        ok = sum(r.resolved for r in results)
-        print(f"concurrency {c}: {len(jobs)} tasks in {wall:6.1f} s = {per_min:5.1f} tasks/min "
-              f"({per_min / base:.2f}x of concurrency {args.concurrency[0]}), resolved {ok}/{len(jobs)}")
+    if "throughput" in args.sections:
+        print("## grading throughput (gold patches, fresh sandbox each)")
+        base = None
+        for c in args.concurrency:
+            jobs = [(t, t.patch, images[t.instance_id], "gold") for t in tasks]
+            t0 = time.perf_counter()
+            results = grade_many(jobs, GradingConfig(), concurrency=c)
+            wall = time.perf_counter() - t0
+            per_min = len(jobs) / wall * 60
+            base = base or per_min
+            ok = sum(r.resolved for r in results)
+            print(f"concurrency {c}: {len(jobs)} tasks in {wall:6.1f} s = {per_min:5.1f} tasks/min "
+                  f"({per_min / base:.2f}x of concurrency {args.concurrency[0]}), resolved {ok}/{len(jobs)}")
 
-    grading_vs_test_command(tasks, images, args.grading_reps)
+    if "per-task" in args.sections:
+        grading_vs_test_command(tasks, images, args.grading_reps)
 
 
 def grading_vs_test_command(tasks, images: dict[str, str], reps: int) -> None:

@@ -10,6 +10,7 @@ import time
 from importlib import resources
 
 from swerl.envs.docker_config import PYTHON_CANDIDATES, SWEBENCH_ACTIVATE, SWEBENCH_CONDA_ENV
+from swerl.envs.exec_channel import RUNNER_EXITED
 from swerl.envs.sandbox import SandboxError
 
 # prints the first python3 of PYTHON_CANDIDATES, else the one on PATH
@@ -35,7 +36,8 @@ def tar_of(files: dict[str, tuple[bytes, int]]) -> bytes:
 def exec_any_python(args: str) -> str:
     """A shell line that runs the first python3 of PYTHON_CANDIDATES with ``args`` (exit 127: none)."""
     found = "; ".join(f'[ -x {p} ] && exec {p} -I -S {args}' for p in PYTHON_CANDIDATES)
-    return f"{found}; command -v python3 >/dev/null && exec python3 -I -S {args}; exit 127"
+    return (f"{found}; command -v python3 >/dev/null && exec python3 -I -S {args}; "
+            "echo 'no python3 in this image; the sandbox runner needs one' >&2; exit 127")
 
 
 def found_python(image: str, code: int | None, out: str) -> str:
@@ -73,3 +75,19 @@ def probed_activation(image: str, code: int | None, out: str) -> dict[str, str]:
         raise SandboxError(f"probing the environment of {image} failed (exit {code}): {out[-300:]!r}") from None
     return activated_env(image, answer)
 
+
+# A Docker agent sandbox's command (its exec channel): a shell that runs swerl's runner (found as exec_any_python
+# finds it), which serves requests on the container's stdin until the host closes it or ``lifetime_s`` passes, and
+# starts a new runner when a command kills it, announcing that on stdout (docker's init holds the container's stdio
+# while it runs, so a dead runner would otherwise go unnoticed until a timeout). The script and the runner's source
+# ride in the environment (removed before the runner starts), not on the command line: PID 1 forwards signals to the
+# container's command, and its command line should not be what an agent's `pkill -f python` matches.
+SERVE_ENV = ("SANDBOX_INIT", "SANDBOX_RUNNER")
+MAX_RUNNER_RESTARTS = 100
+
+
+def serve_script(lifetime_s: int) -> str:
+    return (f'src=$SANDBOX_RUNNER; unset {" ".join(SERVE_ENV)}; n=0; while :; do '
+            '( ' + exec_any_python(f'-u -c "$src" --serve {int(lifetime_s)}') + ' ); c=$?; '
+            f'case $c in 0|127) exit $c;; esac; n=$((n + 1)); [ $n -gt {MAX_RUNNER_RESTARTS} ] && exit $c; '
+            f'echo "{{\\"{RUNNER_EXITED}\\": $c}}"; done')

@@ -40,8 +40,9 @@ class DockerSandboxConfig(BaseModel):
         f"({SWEBENCH_CONDA_ENV}) when the image has one; None: the image's own environment.",
     )
     exec_channel: bool = Field(
-        False, description="Send commands to one long-lived runner over an attached exec (a few ms each) instead of "
-        "a docker exec per command (~80 ms). For the agent's own sandbox: a command can forge the runner's answers "
+        False, description="Send commands to one long-lived runner, the container's own command, over its attached "
+        "stdin and stdout (a few ms each, and no docker exec to open it) instead of a docker exec per command (~80 ms). "
+        "A command that kills the runner ends the sandbox. For the agent's own sandbox: a command can forge the runner's answers "
         "to itself there, which gains it nothing; graders run their one command as the container's own (run_once).",
     )
 

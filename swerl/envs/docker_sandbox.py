@@ -1,8 +1,13 @@
 """Docker implementation of the Sandbox: limits, no network, real timeouts, guaranteed cleanup.
 
 Cleanup has three layers: the context manager removes the container; the container's
-PID 1 is ``sleep <lifetime>`` with auto-remove, so it dies on its own even when the
-Python process is SIGKILLed; and ``reap_containers`` removes what a crashed run left.
+command (``sleep <lifetime>``, or the agent sandbox's serving runner, which also ends when
+the host's stream closes) ends after ``lifetime_s`` with auto-remove, so it dies on its own
+even when the Python process is SIGKILLed; and ``reap_containers`` removes what a crashed
+run left.
+
+An agent's sandbox (``exec_channel``) makes swerl's runner the container's command, spoken to
+over the container's attached stdin and stdout (see ``serve_script``): no docker exec at all.
 
 A sandbox that runs one command (a grading) makes it the container's own command instead
 (``run_once``): swerl's runner is started with its source on the command line and reads the
@@ -31,10 +36,10 @@ from requests.exceptions import ReadTimeout
 from swerl.envs import labels
 from swerl.envs.docker_client import DockerUnavailableError, docker_client
 from swerl.envs.docker_config import DockerSandboxConfig, concurrency_slots
-from swerl.envs.container_files import (PYTHON_PROBE, activated_env, activation_spec, exec_any_python, found_python,
-                                       probed_activation, runner_source, tar_of)
+from swerl.envs.container_files import (PYTHON_PROBE, SERVE_ENV, activated_env, activation_spec, exec_any_python,
+                                       found_python, probed_activation, runner_source, serve_script, tar_of)
 from swerl.envs.docker_reaper import reap_containers, running_containers  # noqa: F401 (re-exported)
-from swerl.envs.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel
+from swerl.envs.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel, RunnerRestarted
 from swerl.envs.sandbox import ExecResult, RunnerFailed, SandboxError, exec_result, git_diff
 
 RUNNER_DIR = "/opt/swerl"
@@ -69,6 +74,7 @@ class DockerSandbox:
         self._closed = False
         self._holds_slot = False
         self._ran_once = False
+        self._ended: str | None = None  # why the container ended under us (its runner, the container's command, died)
 
     # -- lifecycle ---------------------------------------------------------------
     def _docker(self) -> docker.DockerClient:
@@ -106,22 +112,25 @@ class DockerSandbox:
 
     def _start(self) -> None:
         cfg, api = self.config, self._docker().api
+        if cfg.exec_channel:  # the runner starts with the container, reading its stdin: no docker exec to open it
+            command = ["sh", "-c", 'eval "$SANDBOX_INIT"']
+            environment = dict(zip(SERVE_ENV, (serve_script(cfg.lifetime_s), runner_source().decode())))
+        else:
+            command, environment = ["sleep", str(cfg.lifetime_s)], None
         try:
-            cid = api.create_container(self.image, command=["sleep", str(cfg.lifetime_s)], labels=self._labels(),
+            cid = api.create_container(self.image, command=command, labels=self._labels(), stdin_open=cfg.exec_channel,
+                                       environment=environment,
                                        working_dir=cfg.workdir, name=f"swerl-{uuid.uuid4().hex[:12]}",
                                        host_config=api.create_host_config(auto_remove=True, **self._limits()))["Id"]
             self._container = self._docker().containers.prepare_model({"Id": cid})
+            if cfg.exec_channel:
+                self._channel = ExecChannel.over_attach(api, cid)
             api.start(cid)
         except DockerException as e:
             raise SandboxError(f"cannot start a container from {self.image}: {e}") from e
         self._python = _PYTHON_BY_IMAGE.get(self.image) or self._find_python()
         _PYTHON_BY_IMAGE[self.image] = self._python
         self._env = self._activated_env()
-        if cfg.exec_channel:
-            try:
-                self._channel = ExecChannel(api, cid, self._runner_argv("--serve", unbuffered=True))
-            except DockerException:
-                self._channel = None  # one exec per command still works
         if self._preload:  # with the runner as a file: grading helpers import it
             self.write_files({RUNNER: (runner_source(), 0o755), **self._preload})
         if self.base_commit is None:
@@ -164,6 +173,14 @@ class DockerSandbox:
         return (out or b"").decode("utf-8", "replace") if code == 0 else ""
 
     def _find_python(self) -> str:
+        if self._channel is not None:  # the runner already runs the python PYTHON_PROBE would find
+            try:
+                said = self._channel.request({"cmd": 'printf "%s\\n" "$SWERL_PYTHON"', "timeout": 60, "limit": 4096,
+                                              "tag": uuid.uuid4().hex, "cwd": "/", "env": {}}, 60 + HOST_GRACE_S)
+                if said.get("exit_code") == 0 and str(said.get("output", "")).startswith("/"):
+                    return said["output"].strip()
+            except (ChannelBroken, ChannelTimeout) as e:
+                raise SandboxError(f"the runner of a sandbox from {self.image} did not answer: {e}") from e
         code, out = self._container.exec_run(["sh", "-c", PYTHON_PROBE], demux=False)
         return found_python(self.image, code, (out or b"").decode("utf-8", "replace"))
 
@@ -203,6 +220,8 @@ class DockerSandbox:
         if self._container is None or self._closed or self._ran_once:
             raise SandboxError("exec on a sandbox that is not running; use it inside `with`"
                                + (" (run_once ran its one command)" if self._ran_once else ""))
+        if self._ended:
+            raise SandboxError(f"the sandbox has ended: {self._ended}")
         timeout = self.config.default_timeout_s if timeout is None else timeout
         tag = uuid.uuid4().hex
         request = {"cmd": cmd, "timeout": timeout, "limit": self.config.output_limit_bytes,
@@ -315,9 +334,10 @@ class DockerSandbox:
                 except ChannelTimeout:
                     self.close()
                     raise SandboxError(f"command did not stop {timeout + 2 * HOST_GRACE_S:.0f}s after its timeout; sandbox removed") from None
-        except ChannelBroken as e:
-            # the command itself may have killed the runner; later commands get one exec each
-            self._channel = None
+        except RunnerRestarted as e:  # the command killed the runner; the next command has a new one
+            raise RunnerFailed(f"sandbox runner failed: {e}") from e
+        except ChannelBroken as e:  # the container's command, and so the container, has ended
+            self._channel, self._ended = None, f"its runner ended during `{payload.get('cmd', '')[:80]}`: {e}"
             channel.close()
             raise RunnerFailed(f"sandbox runner failed: {e}") from e
         return data

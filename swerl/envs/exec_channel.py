@@ -1,7 +1,8 @@
-"""A long-lived command runner inside a container, spoken to over one attached docker exec.
+"""A long-lived command runner inside a container, spoken to over one docker stream: the
+container's own stdin/stdout, attached before it starts (``over_attach``), or one docker exec.
 
-A docker exec costs ~80-100 ms of daemon and runc work on a loaded 2-core host; a line
-on an already open stream costs a few. The runner (``swerl_exec.py --serve``) reads one
+A docker exec costs ~65-100 ms of daemon and runc work on a loaded 2-core host; a line
+on an already open stream costs a few, and attaching to the container costs no exec at all. The runner (``swerl_exec.py --serve``) reads one
 JSON request per line and answers one JSON line carrying the request's tag, so a stale
 or forged line (a command can write to the runner's stdout through /proc) is skipped, not
 taken for the answer. The stream is docker's multiplexed format: an 8-byte header
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import select
+import socket
 import struct
 import time
 
@@ -28,23 +30,48 @@ class ChannelBroken(Exception):
     """The runner or its stream is gone; the channel cannot be used again."""
 
 
+class RunnerRestarted(ChannelBroken):
+    """The runner died during a request (a command killed it) and a new one now reads the same stream: that
+    request has no answer, the channel still works."""
+
+
+# the line a container's serving shell prints when its runner died and it started another (see docker_sandbox)
+RUNNER_EXITED = "runner_exited"
+
+
 class ExecChannel:
-    """One ``swerl_exec.py --serve`` process in ``container`` and the socket to it."""
+    """One ``swerl_exec.py --serve`` process in a container and the socket to it."""
 
     def __init__(self, api, container_id: str, argv: list[str]):
+        """A runner started by one docker exec of ``argv``."""
         exec_id = api.exec_create(container_id, argv, stdin=True, stdout=True, stderr=True)["Id"]
-        self._io = api.exec_start(exec_id, socket=True)
-        self._sock = getattr(self._io, "_sock", self._io)
+        self._open(api.exec_start(exec_id, socket=True))
+
+    @classmethod
+    def over_attach(cls, api, container_id: str) -> ExecChannel:
+        """The runner that is (or starts) reading the container's own stdin: attach before the container
+        starts, so no line it writes is missed. The container must be created with ``stdin_open``."""
+        channel = cls.__new__(cls)
+        channel._open(api.attach_socket(container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}))
+        return channel
+
+    def _open(self, io) -> None:
+        self._io = io
+        self._sock = getattr(io, "_sock", io)
         self._frames = b""  # raw bytes not yet split into frames
         self._lines = b""  # stdout bytes not yet split into lines
         self._stderr = b""
         self.broken: str | None = None
 
     def close(self) -> None:
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        """End the stream (a plain close leaves it open while docker's response object holds the socket): the
+        runner reads end-of-file and exits, and so does a container whose own command it is (docker sets
+        StdinOnce for an attached stdin)."""
+        for end in (lambda: self._sock.shutdown(socket.SHUT_RDWR), self._sock.close):
+            try:
+                end()
+            except OSError:
+                pass
 
     def alive(self) -> bool:
         """False when the runner has already gone (its stream is at EOF) or the channel broke."""
@@ -59,8 +86,10 @@ class ExecChannel:
 
     def request(self, payload: dict, deadline_s: float) -> dict:
         """Send ``payload`` (which carries a ``tag``) and wait up to ``deadline_s`` for its answer."""
-        if self.broken:
+        if not self.alive():
             raise ChannelBroken(self.broken)
+        # what was said before this request is stale (a forged line, a dead runner's notice): drop its lines
+        self._lines = self._lines[self._lines.rfind(b"\n") + 1:]
         try:
             self._sock.sendall(json.dumps(payload).encode() + b"\n")
         except OSError as e:
@@ -80,6 +109,8 @@ class ExecChannel:
                     continue
                 if isinstance(data, dict) and data.pop("tag", None) == tag:
                     return data
+                if isinstance(data, dict) and set(data) == {RUNNER_EXITED}:
+                    raise RunnerRestarted(f"the runner was killed (exit {data[RUNNER_EXITED]}); a new one took its place")
             left = end - time.monotonic()
             if left <= 0:
                 raise ChannelTimeout(f"no answer from the runner within {deadline_s:.0f}s")

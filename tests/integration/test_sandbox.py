@@ -58,6 +58,31 @@ def test_a_command_that_kills_the_runner_fails_alone_and_later_commands_still_ru
     assert channel_sandbox.exec("echo $((1 + 1))").output == "2\n"
 
 
+def test_a_pkill_of_python_restarts_the_runner_and_leaves_the_container_up(channel_sandbox):
+    first = channel_sandbox.exec("echo $PPID").output
+    with pytest.raises(SandboxError, match=r"sandbox runner failed: the runner was killed \(exit 143\)"):
+        channel_sandbox.exec("pkill -f python; sleep 5")
+    assert channel_sandbox.exec("echo $PPID").output != first  # a new runner, in the same container
+    # what the runner's kill was forwarded to: init's command line names neither python nor swerl
+    assert channel_sandbox.exec("tr '\\0' ' ' < /proc/1/cmdline").output == '/sbin/docker-init -- sh -c eval "$SANDBOX_INIT" '
+
+
+def test_how_the_runner_was_started_is_not_in_a_command_s_environment(channel_sandbox):
+    assert channel_sandbox.exec("env | grep -c ^SANDBOX_; true").output == "0\n"
+
+
+def test_the_container_ends_when_the_host_s_end_of_its_stream_closes(channel_sandbox, run_id):
+    """A host process that dies leaves no container: the runner reads end-of-file on the container's stdin."""
+    channel_sandbox._channel.close()
+    for _ in range(100):
+        if not running_containers(run_id):
+            break
+        time.sleep(0.2)
+    assert running_containers(run_id) == []
+    with pytest.raises(SandboxError):
+        channel_sandbox.exec("true")
+
+
 def test_network_is_off_by_default(sandbox):
     res = sandbox.exec("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 80), timeout=3)\"")
     assert res.exit_code != 0 and "Network is unreachable" in res.output

@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import threading
 
 import pytest
 
 from swerl.envs import exec_channel
-from swerl.envs.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel
+from swerl.envs.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel, RunnerRestarted
 
 
 class _Api:
@@ -59,11 +60,60 @@ def test_a_request_is_one_json_line_and_its_answer_may_arrive_in_pieces(ends):
     assert channel.wait("t1", 1.0) == {"exit_code": 0, "output": "hi\n"}
 
 
+def _answer_when_asked(runner: socket.socket, *answers: dict) -> threading.Thread:
+    """The runner's side: read one request line, then send ``answers``; what it read is kept on the thread."""
+    def run() -> None:
+        worker.read = runner.recv(1000)
+        runner.sendall(b"".join(_frame(json.dumps(a).encode() + b"\n") for a in answers))
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    return worker
+
+
 def test_requests_are_written_as_one_line_each(ends):
     channel, runner = ends
-    runner.sendall(_frame(json.dumps({"tag": "t2", "exit_code": 3}).encode() + b"\n"))
-    assert channel.request({"tag": "t2", "cmd": "ls"}, 1.0) == {"exit_code": 3}
-    assert runner.recv(1000) == b'{"tag": "t2", "cmd": "ls"}\n'
+    worker = _answer_when_asked(runner, {"tag": "t2", "exit_code": 3})
+    assert channel.request({"tag": "t2", "cmd": "ls"}, 5.0) == {"exit_code": 3}
+    worker.join()
+    assert worker.read == b'{"tag": "t2", "cmd": "ls"}\n'
+
+
+def test_what_was_said_before_a_request_is_not_taken_for_its_answer(ends):
+    channel, runner = ends
+    runner.sendall(_frame(b'{"tag": "t5", "exit_code": 0, "output": "said early"}\n'))
+    worker = _answer_when_asked(runner, {"tag": "t5", "exit_code": 2, "output": "the answer"})
+    assert channel.request({"tag": "t5", "cmd": "true"}, 5.0) == {"exit_code": 2, "output": "the answer"}
+    worker.join()
+
+
+def test_a_runner_killed_during_a_request_fails_that_request_and_its_successor_answers_the_next(ends):
+    channel, runner = ends
+    worker = _answer_when_asked(runner, {exec_channel.RUNNER_EXITED: 137})
+    with pytest.raises(RunnerRestarted, match=r"the runner was killed \(exit 137\); a new one took its place"):
+        channel.request({"tag": "t6", "cmd": "kill -9 $PPID"}, 5.0)
+    worker.join()
+    assert channel.alive()
+    worker = _answer_when_asked(runner, {"tag": "t7", "exit_code": 0})
+    assert channel.request({"tag": "t7", "cmd": "true"}, 5.0) == {"exit_code": 0}
+    worker.join()
+
+
+def test_a_container_s_own_runner_is_reached_by_attaching_to_its_stdio():
+    class _AttachApi:
+        def attach_socket(self, container_id, params):
+            self.attached = (container_id, params)
+            return ours
+
+    ours, runner = socket.socketpair()
+    api = _AttachApi()
+    channel = ExecChannel.over_attach(api, "c3")
+    assert api.attached == ("c3", {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+    worker = _answer_when_asked(runner, {"tag": "t8", "exit_code": 0})
+    assert channel.request({"tag": "t8", "cmd": "true"}, 5.0) == {"exit_code": 0}
+    worker.join()
+    channel.close()
+    runner.close()
 
 
 def test_lines_with_another_tag_or_no_json_are_skipped(ends):

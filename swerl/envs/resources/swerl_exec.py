@@ -135,6 +135,10 @@ class Capture:
         return f"{head}\n[... {dropped} bytes of output truncated ...]\n{tail}", True
 
 
+# set on the container (docker exec inherits them) to start the serving runner; see docker_sandbox.SERVE_ENV
+SANDBOX_START_VARS = ("SANDBOX_INIT", "SANDBOX_RUNNER")
+
+
 def run(args):
     """Run one request; returns the result object."""
     if args.get("kill_tag"):
@@ -145,6 +149,8 @@ def run(args):
         return {"written": len(args["write"])}
     tag, timeout, limit = args["tag"], args.get("timeout"), args["limit"]
     env = dict(os.environ)
+    for name in SANDBOX_START_VARS:  # how the sandbox started its runner: not the command's business
+        env.pop(name, None)
     env.update(args.get("env") or {})
     env[TAG_VAR] = tag
     env["SWERL_PYTHON"] = sys.executable  # the image's own python3, for swerl's helpers inside the command
@@ -240,7 +246,13 @@ def once():
     sys.stdout.flush()
 
 
-def serve():
+def serve(lifetime_s=None):
+    """Answer one request per line of stdin until it closes; as a container's own command (``lifetime_s``
+    given), also end after that many seconds, as the `sleep <lifetime>` of a container without it would."""
+    if lifetime_s:
+        timer = threading.Timer(lifetime_s, os._exit, (0,))
+        timer.daemon = True  # end-of-file on stdin still ends the runner at once
+        timer.start()
     out = sys.stdout
     for line in sys.stdin:
         if not line.strip():
@@ -258,8 +270,8 @@ def serve():
 
 
 def main():
-    if sys.argv[1:] == ["--serve"]:
-        serve()
+    if sys.argv[1:2] == ["--serve"] and len(sys.argv) <= 3:
+        serve(float(sys.argv[2]) if len(sys.argv) == 3 else None)
     elif sys.argv[1:] == ["--once"]:
         once()
     elif sys.argv[1:2] == ["--activate"]:
