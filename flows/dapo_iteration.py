@@ -4,15 +4,14 @@ advantages, zero-advantage groups dropped, one clipped policy-gradient update.""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from prefect import flow
 
 from flows._hooks import HOOKS
-from flows.rft import policy_ref
 from flows.rollout import rollout_stage, run_chunks
 from swerl.orchestration.metrics import grading_metrics, prefixed, rollout_metrics, train_metrics
 from swerl.orchestration.params import DAPOParams, SamplerParams, TrackingParams
+from swerl.orchestration.results import PolicyRef, StageResult
 from swerl.rl.rewards import check_turn_window
 from swerl.stages.config import part
 from swerl.stages.rollout import stored_trajectories
@@ -25,7 +24,7 @@ from tasks.train import train_dapo_task
 def dapo_iteration(tasks: Path, policy_path: str, policy_version: str, iteration: int, out: Path, repos: Path | None = None,
                    dapo: DAPOParams = DAPOParams(), sampler: SamplerParams = SamplerParams(), seed: int = 0,
                    tracking: TrackingParams = TrackingParams(), parent_run_id: str | None = None, step: int | None = None,
-                   container_label: str | None = None) -> dict[str, Any]:
+                   container_label: str | None = None) -> StageResult:
     """Iteration ``iteration``: rollouts of the policy, then one DAPO update -> a registered `candidate`."""
     check_turn_window(sampler.agent.max_turns, dapo.reward)  # before any rollout
     step = iteration + 1 if step is None else step
@@ -58,11 +57,11 @@ def dapo_iteration(tasks: Path, policy_path: str, policy_version: str, iteration
                                                     policy_version=new_version, step=step,
                                                     metrics={k: v for k, v in metrics.items() if k.startswith("train/")},
                                                     trained_on=trained_on, metrics_dataset=data)
-        policy = policy_ref(outcome["final"], new_version, registered)
+        policy = PolicyRef.of(outcome["final"], new_version, registered)
     else:
         print(f"iteration {iteration} trained nothing, the policy carries forward: {outcome['reason']}")
-        policy = policy_ref(policy_path, policy_version)
+        policy = PolicyRef.of(policy_path, policy_version)
     metrics["train/trained"] = 1.0 if outcome["trained"] else 0.0
     tr.log_metrics(tracking, run_id, metrics, step=step)
-    tr.finish_run(tracking, run_id, summary={"policy": policy, "reason": outcome["reason"]})
-    return {"policy": policy, "metrics": metrics, "run_id": run_id, "trained": outcome["trained"], "reason": outcome["reason"]}
+    tr.finish_run(tracking, run_id, summary={"policy": policy.model_dump(), "reason": outcome["reason"]})
+    return StageResult(policy=policy, metrics=metrics, run_id=run_id, trained=outcome["trained"], reason=outcome["reason"])

@@ -21,12 +21,13 @@ from prefect.cache_policies import NO_CACHE
 from flows._hooks import HOOKS, container_label
 from flows.dapo_iteration import dapo_iteration
 from flows.evaluate import evaluate_stage
-from flows.rft import policy_ref, rft
+from flows.rft import rft
 from swerl.orchestration.follow import STAGE_LOGGER
 from swerl.orchestration.inputs import curriculum_inputs, task_inputs, tiny_model
 from swerl.orchestration.ledger import Ledger
 from swerl.orchestration.metrics import prefixed, stage_row, table_rows
 from swerl.orchestration.params import EvaluateParams, PipelineParams, RFTParams
+from swerl.orchestration.results import EvalResult, PolicyRef, StageResult
 from swerl.orchestration.summary import (Behaviour, StageFacts, eval_facts, images_facts, pass_table, sampler_words,
                                          stage_line, summary_lines, summary_markdown, train_facts, validation_facts,
                                          where_to_look)
@@ -169,21 +170,26 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     facts: list[StageFacts] = []
 
-    def stage(name: str, body, explain=None) -> dict[str, Any]:
-        """Run ``body`` unless the ledger has the stage; then say in words what it did (``explain``: entry -> facts)."""
-        done = ledger.get(name)
+    def stage(name: str, body, explain=None, as_type=None):
+        """Run ``body`` unless the ledger has the stage; then say in words what it did (``explain``: entry -> facts).
+        ``as_type``: the result model the stage returns and the ledger reads back (None: a dict)."""
+        done = ledger.get(name, as_type) if as_type else ledger.get(name)
         skipped = done is not None
         if done is None:
             if explain is not None:  # a stage a person hears about (not the start's registration)
                 say(f"{name}: started")
             t0 = time.monotonic()
             done = body()
-            done["seconds"] = time.monotonic() - t0
+            if isinstance(done, dict):
+                done["seconds"] = time.monotonic() - t0
+            elif "seconds" in type(done).model_fields:
+                done = done.model_copy(update={"seconds": time.monotonic() - t0})
             ledger.record(name, done)
         update_progress_artifact(progress_id, 100.0 * len([s for s in plan if ledger.get(s)]) / len(plan))
         if explain is not None:
-            facts.append(explain(done))
-            say(stage_line(facts[-1], done.get("seconds"), skipped))
+            entry = done if isinstance(done, dict) else done.model_dump()
+            facts.append(explain(entry))
+            say(stage_line(facts[-1], entry.get("seconds"), skipped))
         elif skipped:
             say(f"{name}: finished in an earlier run, skipped")
         return done
@@ -236,91 +242,90 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
     else:
         warm_tasks = sets.get("warm")
 
-    policy = policy_ref(inputs["model"], "0")
+    policy = PolicyRef.of(inputs["model"], "0")
 
-    def start_policy() -> dict[str, Any]:
-        if not Path(policy["path"]).is_dir():
+    def start_policy() -> PolicyRef:
+        if not Path(policy.path).is_dir():
             return policy
-        registered = tr.register_checkpoint(params.tracking, parent_id, Path(policy["path"]), name="start", policy_version="0", step=0)
-        return policy_ref(policy["path"], "0", registered)
+        registered = tr.register_checkpoint(params.tracking, parent_id, Path(policy.path), name="start", policy_version="0", step=0)
+        return PolicyRef.of(policy.path, "0", registered)
 
-    def eval_body(name: str, step: int, pol: dict[str, Any]) -> dict[str, Any]:
-        model = f"version:{pol['registered_version']}" if pol.get("registered_version") else pol["path"]
+    def eval_body(name: str, step: int, pol: PolicyRef) -> EvalResult:
         result = evaluate_stage.with_options(flow_run_name=name)(
-            EvaluateParams(model=model, tasks=eval_tasks, repos=repos, runs=params.eval.runs, seed=params.seed, sampler=params.sampler,
+            EvaluateParams(model=pol.model_arg(), tasks=eval_tasks, repos=repos, runs=params.eval.runs, seed=params.seed, sampler=params.sampler,
                            tracking=params.tracking, promote=params.eval.promote),
             parent_run_id=parent_id, stage=name, step=step, out=run_dir / "eval" / name, container_label=label,
-            policy_version=pol["policy_version"])
+            policy_version=pol.policy_version)
         tr.log_metrics(params.tracking, parent_id, prefixed("eval", result["metrics"]), step=step)
-        return {"metrics": prefixed("eval", result["metrics"]), "run_id": result["run_id"], "promoted": result["promoted"],
-                "policy": pol}
+        return EvalResult(metrics=prefixed("eval", result["metrics"]), run_id=result["run_id"], promoted=result["promoted"],
+                          policy=pol)
 
     def explain_eval(name: str):
         return lambda r: eval_facts(name, r, behaviour_in(run_dir / "eval" / name / "trajectories"))
 
-    def explain_training(name: str, engine: str, start: dict[str, Any]):
-        sampler = sampler_words(engine, start["policy_version"])
+    def explain_training(name: str, engine: str, start: PolicyRef):
+        sampler = sampler_words(engine, start.policy_version)
         return lambda r: train_facts(name, r, sampler, behaviour_in(run_dir / name / "rollout" / "trajectories"))
 
     if params.warm_start is not None:
         warm = params.warm_start
 
-        def warm_body() -> dict[str, Any]:
+        def warm_body() -> StageResult:
             return rft.with_options(flow_run_name="warm-start")(
-                tasks=warm_tasks, model=policy["path"], out=run_dir / "warm-start", repos=repos,
-                policy_version=policy["policy_version"], rft=RFTParams(samples=warm.samples, sampler=warm.sampler, train=warm.train,
+                tasks=warm_tasks, model=policy.path, out=run_dir / "warm-start", repos=repos,
+                policy_version=policy.policy_version, rft=RFTParams(samples=warm.samples, sampler=warm.sampler, train=warm.train,
                                                                        # a noisy demonstrator's unfixed runs are the point of
                                                                        # it: imitate them too
                                                                        require_resolved=warm.sampler.demo_give_up == 0),
                 sampler=params.sampler, seed=params.seed, tracking=params.tracking, parent_run_id=parent_id, step=0,
                 container_label=label, stage="warm-start")
 
-        done = stage("warm-start", warm_body, explain_training("warm-start", warm.sampler.engine, policy))
-        if not done["trained"]:
-            raise RuntimeError(f"the warm start trained nothing: {done['reason']}")
-        policy = done["policy"]
+        done = stage("warm-start", warm_body, explain_training("warm-start", warm.sampler.engine, policy), StageResult)
+        if not done.trained:
+            raise RuntimeError(f"the warm start trained nothing: {done.reason}")
+        policy = done.policy
 
     if params.eval.evaluate_start:
-        policy = stage("start-policy", start_policy) if params.warm_start is None else policy
-        done = stage("eval-start", lambda: eval_body("eval-start", 0, policy), explain_eval("eval-start"))
-        rows.append(stage_row("start", 0, policy["policy_version"], done["metrics"], done["seconds"]))
+        policy = stage("start-policy", start_policy, as_type=PolicyRef) if params.warm_start is None else policy
+        done = stage("eval-start", lambda: eval_body("eval-start", 0, policy), explain_eval("eval-start"), EvalResult)
+        rows.append(stage_row("start", 0, policy.policy_version, done.metrics, done.seconds))
         table()
 
     if params.rft.enabled:
-        def rft_body() -> dict[str, Any]:
+        def rft_body() -> StageResult:
             result = rft.with_options(flow_run_name="rft")(
-                tasks=tasks, model=policy["path"], out=run_dir / "rft", repos=repos, policy_version=policy["policy_version"],
+                tasks=tasks, model=policy.path, out=run_dir / "rft", repos=repos, policy_version=policy.policy_version,
                 rft=params.rft, sampler=params.sampler, seed=params.seed, tracking=params.tracking, parent_run_id=parent_id, step=1,
                 container_label=label)
-            tr.log_metrics(params.tracking, parent_id, result["metrics"], step=1)
+            tr.log_metrics(params.tracking, parent_id, result.metrics, step=1)
             return result
 
-        done = stage("rft", rft_body, explain_training("rft", (params.rft.sampler or params.sampler).engine, policy))
-        policy = done["policy"] if done["trained"] else policy  # carried forward: keep its registry version
-        evaluated = stage("eval-rft", lambda: eval_body("eval-rft", 1, policy), explain_eval("eval-rft"))
-        rows.append(stage_row("rft", 1, policy["policy_version"], {**done["metrics"], **evaluated["metrics"],
-                                                                   "train/trained": float(done["trained"])},
-                              done["seconds"] + evaluated["seconds"]))
+        done = stage("rft", rft_body, explain_training("rft", (params.rft.sampler or params.sampler).engine, policy), StageResult)
+        policy = done.policy if done.trained else policy  # carried forward: keep its registry version
+        evaluated = stage("eval-rft", lambda: eval_body("eval-rft", 1, policy), explain_eval("eval-rft"), EvalResult)
+        rows.append(stage_row("rft", 1, policy.policy_version, {**done.metrics, **evaluated.metrics,
+                                                                "train/trained": float(done.trained)},
+                              done.seconds + evaluated.seconds))
         table()
 
     for k in range(1, params.dapo.iterations + 1):
         step = 1 + k
 
-        def iter_body(k: int = k, step: int = step, start: dict[str, Any] = policy) -> dict[str, Any]:
+        def iter_body(k: int = k, step: int = step, start: PolicyRef = policy) -> StageResult:
             result = dapo_iteration.with_options(flow_run_name=f"iter-{k}")(
-                tasks=tasks, policy_path=start["path"], policy_version=start["policy_version"], iteration=k,
+                tasks=tasks, policy_path=start.path, policy_version=start.policy_version, iteration=k,
                 out=run_dir / f"iter-{k}", repos=repos, dapo=params.dapo, sampler=params.sampler, seed=params.seed,
                 tracking=params.tracking, parent_run_id=parent_id, step=step, container_label=label)
-            tr.log_metrics(params.tracking, parent_id, result["metrics"], step=step)
+            tr.log_metrics(params.tracking, parent_id, result.metrics, step=step)
             return result
 
-        done = stage(f"iter-{k}", iter_body, explain_training(f"iter-{k}", params.sampler.engine, policy))
-        policy = done["policy"] if done["trained"] else policy  # carried forward: keep its registry version
+        done = stage(f"iter-{k}", iter_body, explain_training(f"iter-{k}", params.sampler.engine, policy), StageResult)
+        policy = done.policy if done.trained else policy  # carried forward: keep its registry version
         evaluated = stage(f"eval-iter-{k}", lambda step=step, k=k: eval_body(f"eval-iter-{k}", step, policy),
-                          explain_eval(f"eval-iter-{k}"))
-        rows.append(stage_row(f"iter-{k}", step, policy["policy_version"], {**done["metrics"], **evaluated["metrics"],
-                                                                            "train/trained": float(done["trained"])},
-                              done["seconds"] + evaluated["seconds"]))
+                          explain_eval(f"eval-iter-{k}"), EvalResult)
+        rows.append(stage_row(f"iter-{k}", step, policy.policy_version, {**done.metrics, **evaluated.metrics,
+                                                                         "train/trained": float(done.trained)},
+                              done.seconds + evaluated.seconds))
         table()
 
     curve = plot_curve(params.tracking, parent_id, rows, run_dir / "pass_at_1.png", f"pipeline {params.name}")
@@ -329,7 +334,7 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
                              markdown=summary_markdown(params.name, facts, where))
     story = summary_lines(params.name, facts, where)
     summary = {"name": params.name, "run_dir": str(run_dir), "mlflow_run_id": parent_id, "mlflow_url": parent["url"],
-               "final_policy": policy, "stages": rows, "plot": curve, "summary": story}
+               "final_policy": policy.model_dump(), "stages": rows, "plot": curve, "summary": story}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     tr.finish_run(params.tracking, parent_id, summary=summary)
     for line in pass_table(rows) + story:

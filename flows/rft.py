@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from prefect import flow
 
@@ -11,6 +10,7 @@ from flows._hooks import HOOKS
 from flows.rollout import rollout_stage, run_chunks
 from swerl.orchestration.metrics import grading_metrics, prefixed, rollout_metrics, train_metrics
 from swerl.orchestration.params import RFTParams, SamplerParams, TrackingParams
+from swerl.orchestration.results import PolicyRef, StageResult
 from swerl.rl.rft import RFTConfig
 from swerl.stages.config import part
 from swerl.stages.rollout import stored_trajectories
@@ -19,16 +19,11 @@ from tasks import tracking as tr
 from tasks.train import select_rft_data, train_rft_task
 
 
-def policy_ref(path: str, version: str, registered: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"path": str(path), "policy_version": version, "model_id": (registered or {}).get("model_id"),
-            "registered_version": (registered or {}).get("version")}
-
-
 @flow(name="rft", log_prints=True, **HOOKS)
 def rft(tasks: Path, model: str, out: Path, repos: Path | None = None, policy_version: str = "0",
         rft: RFTParams = RFTParams(), sampler: SamplerParams = SamplerParams(), seed: int = 0,
         tracking: TrackingParams = TrackingParams(), parent_run_id: str | None = None, step: int = 1,
-        container_label: str | None = None, stage: str = "rft") -> dict[str, Any]:
+        container_label: str | None = None, stage: str = "rft") -> StageResult:
     """Rollouts of ``model`` on ``tasks`` -> resolved runs -> SFT on their replies -> a registered `candidate`.
 
     ``stage`` names the MLflow run and the new policy version: ``rft``, or ``warm-start``
@@ -58,11 +53,11 @@ def rft(tasks: Path, model: str, out: Path, repos: Path | None = None, policy_ve
                                                     policy_version=stage, step=step,
                                                     metrics={k: v for k, v in metrics.items() if k.startswith("train/")},
                                                     trained_on=trained_on, metrics_dataset=data)
-        policy = policy_ref(outcome["final"], stage, registered)
+        policy = PolicyRef.of(outcome["final"], stage, registered)
     else:
         print(f"{stage} trained nothing, the policy carries forward: {outcome['reason']}")
-        policy = policy_ref(model, policy_version)
+        policy = PolicyRef.of(model, policy_version)
     metrics["train/trained"] = 1.0 if outcome["trained"] else 0.0
     tr.log_metrics(tracking, run_id, metrics, step=step)
-    tr.finish_run(tracking, run_id, summary={"policy": policy, "selection": selected, "reason": outcome["reason"]})
-    return {"policy": policy, "metrics": metrics, "run_id": run_id, "trained": outcome["trained"], "reason": outcome["reason"]}
+    tr.finish_run(tracking, run_id, summary={"policy": policy.model_dump(), "selection": selected, "reason": outcome["reason"]})
+    return StageResult(policy=policy, metrics=metrics, run_id=run_id, trained=outcome["trained"], reason=outcome["reason"])
