@@ -187,9 +187,8 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
             ledger.record(name, done)
         update_progress_artifact(progress_id, 100.0 * len([s for s in plan if ledger.get(s)]) / len(plan))
         if explain is not None:
-            entry = done if isinstance(done, dict) else done.model_dump()
-            facts.append(explain(entry))
-            say(stage_line(facts[-1], entry.get("seconds"), skipped))
+            facts.append(explain(done))
+            say(stage_line(facts[-1], done.get("seconds") if isinstance(done, dict) else done.seconds, skipped))
         elif skipped:
             say(f"{name}: finished in an earlier run, skipped")
         return done
@@ -261,11 +260,13 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
                           policy=pol)
 
     def explain_eval(name: str):
-        return lambda r: eval_facts(name, r, behaviour_in(run_dir / "eval" / name / "trajectories"))
+        return lambda r: eval_facts(name, r.model_dump(), behaviour_in(run_dir / "eval" / name / "trajectories"))
 
     def explain_training(name: str, engine: str, start: PolicyRef):
         sampler = sampler_words(engine, start.policy_version)
-        return lambda r: train_facts(name, r, sampler, behaviour_in(run_dir / name / "rollout" / "trajectories"))
+        # the training task measured the behaviour where it read the rollout; an older ledger's entry has none
+        return lambda r: train_facts(name, r.model_dump(), sampler,
+                                     r.behaviour or behaviour_in(run_dir / name / "rollout" / "trajectories"))
 
     if params.warm_start is not None:
         warm = params.warm_start

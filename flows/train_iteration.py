@@ -9,13 +9,13 @@ from prefect import flow
 
 from flows._hooks import HOOKS
 from flows.rollout import rollout_stage, run_chunks
-from swerl.orchestration.metrics import grading_metrics, prefixed, rollout_metrics, train_metrics
+from swerl.orchestration.metrics import prefixed, train_metrics
 from swerl.orchestration.objectives import Objective, RFTIteration
 from swerl.orchestration.params import SamplerParams, TrackingParams
 from swerl.orchestration.results import PolicyRef, StageResult
-from swerl.stages.rollout import stored_trajectories
+from swerl.orchestration.summary import Behaviour
 from tasks import tracking as tr
-from tasks.train import select_rft_data, train_dapo_task, train_rft_task
+from tasks.train import train_dapo_task, train_rft_task
 
 
 @flow(name="train_iteration", log_prints=True, **HOOKS)
@@ -37,21 +37,19 @@ def train_iteration(objective: Objective, tasks: Path, model: str, out: Path, re
                              policy_version=policy_version, sampler=sampler, container_label=container_label)
     rolled = run_chunks(sampling, sampler.chunk_size, sampler.chunk_timeout_s, dask_address=sampler.dask_address)
     store = Path(rolled["store"])
-    trajectories = stored_trajectories(store)
-    metrics = prefixed("rollout", rollout_metrics(trajectories, objective.reward, wall_s=rolled["wall_s"]))
-    metrics.update(prefixed("grading", grading_metrics(trajectories)))
-    data = f"{name}-trajectories"
-    trained_on = tr.log_training_inputs(tracking, run_id, tasks, store, data, len(trajectories), model, parent_run_id)
     train_stage = objective.stage_config(store, model, out / "train", seed, policy_version)
+    task = train_rft_task if isinstance(objective, RFTIteration) else train_dapo_task
+    # the task reads the rollout once: its figures and the selection come back with the update, not the trajectories
+    outcome = task.with_options(timeout_seconds=objective.train.timeout_s)(train_stage, wall_s=rolled["wall_s"])
+    rolled_out = outcome["rollout"]
+    metrics = dict(rolled_out["metrics"])
     summary = {}
-    if isinstance(objective, RFTIteration):
-        selected = select_rft_data(train_stage)
+    if "selection" in outcome:
+        selected = outcome["selection"]
         metrics.update({"rft/kept": float(selected["kept"]), "rft/tasks_kept": float(selected["tasks_kept"])})
         summary["selection"] = selected
-        train_task = train_rft_task
-    else:
-        train_task = train_dapo_task
-    outcome = train_task.with_options(timeout_seconds=objective.train.timeout_s)(train_stage)
+    data = f"{name}-trajectories"
+    trained_on = tr.log_training_inputs(tracking, run_id, tasks, store, data, rolled_out["trajectories"], model, parent_run_id)
     if outcome["trained"]:
         metrics.update(prefixed("train", train_metrics(outcome["step_metrics"])))
         if not isinstance(objective, RFTIteration):
@@ -67,4 +65,5 @@ def train_iteration(objective: Objective, tasks: Path, model: str, out: Path, re
     metrics["train/trained"] = 1.0 if outcome["trained"] else 0.0
     tr.log_metrics(tracking, run_id, metrics, step=step)
     tr.finish_run(tracking, run_id, summary={"policy": policy.model_dump(), **summary, "reason": outcome["reason"]})
-    return StageResult(policy=policy, metrics=metrics, run_id=run_id, trained=outcome["trained"], reason=outcome["reason"])
+    return StageResult(policy=policy, metrics=metrics, run_id=run_id, trained=outcome["trained"], reason=outcome["reason"],
+                       behaviour=Behaviour(**rolled_out["behaviour"]))

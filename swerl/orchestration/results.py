@@ -13,6 +13,8 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from swerl.orchestration.summary import Behaviour
+
 
 class PolicyRef(BaseModel):
     """One policy: where its weights are, the version its trajectories record, and its registry entry."""
@@ -44,6 +46,8 @@ class StageResult(BaseModel):
     run_id: str | None = Field(None, description="The stage's MLflow run.")
     trained: bool = Field(description="False: nothing to train on, the policy carried forward.")
     reason: str | None = Field(None, description="Why nothing was trained.")
+    behaviour: Behaviour | None = Field(None, description="What the policy did in the stage's rollout (None: a "
+                                        "ledger written before it was recorded; the summary then reads the rollout).")
     seconds: float | None = Field(None, ge=0, description="Wall time of the stage (set by the pipeline).")
 
 
