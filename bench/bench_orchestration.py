@@ -5,7 +5,8 @@
 Runs the pipeline flow once (the first N demo tasks, the tiny model; images cached after the
 first run) against a temporary Prefect server and MLflow on SQLite, then reads every task run
 of the flow run tree back from the Prefect API. A stage body is a task that does the work
-(build images, validate, roll out, evaluate, select RFT data, train); everything else (flow
+(build images, validate, roll out, evaluate, train: the training tasks also read the rollout
+for its metrics and RFT's selection); everything else (flow
 and subflow runs, MLflow bookkeeping tasks, artifacts, task-run state changes) is
 orchestration. Prints the wall time, the sum of the bodies, their ratio, and where the rest
 went. Both figures come from the same run.
@@ -14,7 +15,6 @@ went. Both figures come from the same run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-BODIES = {"build-images", "validate-tasks", "rollout-chunk", "evaluate-policy", "select-rft-data", "train-rft", "train-dapo",
+BODIES = {"build-images", "validate-tasks", "rollout-chunk", "evaluate-policy", "train-rft", "train-dapo",
           "prepare-inputs", "keep-valid-tasks"}
 # a subflow call also appears as a task run named after the flow: a wrapper, not work of its own
 SUBFLOWS = {"build_images", "rollout", "grade", "rft", "dapo_iteration", "evaluate", "pipeline"}

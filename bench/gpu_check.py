@@ -41,7 +41,7 @@ import torch
 from swerl.inference.base import GenerationRequest, SamplingConfig
 from swerl.inference.hf_engine import HFEngine, HFEngineConfig, sdpa_without_cudnn
 from swerl.models.tiny import TinyModelConfig, init_tiny
-from swerl.train import TrainBatch, TrainerConfig, make_trainer
+from swerl.train import DeepSpeedTrainerConfig, TrainBatch, TrainerConfig, make_trainer
 from swerl.train.step import ActionLogprobModel, accumulate_gradients, plan_step
 
 FAILED: list[str] = []
@@ -304,7 +304,7 @@ def deepspeed_section(args, work: Path, model_dir: Path, batch: TrainBatch) -> N
     ref.close()
     for stage in (2, 3):
         t = time.perf_counter()
-        ds = make_trainer(model_dir, base.model_copy(update={"backend": "deepspeed", "zero_stage": stage}))
+        ds = make_trainer(model_dir, base.model_copy(update={"trainer": DeepSpeedTrainerConfig(zero_stage=stage)}))
         init = time.perf_counter() - t
         m = ds.train_step(batch)
         out = ds.save(work / f"ckpt-ds{stage}")

@@ -5,6 +5,7 @@ Resumable: ``RUN_ROOT/NAME/ledger.json`` records each finished stage, and a reru
 same name skips them; a stage cut short resumes inside (stored trajectories are not
 resampled, training restarts from its newest step). Metrics on the parent run use the
 iteration as their step: 0 the starting policy, 1 after RFT, 1 + k after DAPO iteration k.
+The policy stages are a typed list (``swerl.orchestration.plan.stage_plan``) walked in one loop.
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows._hooks import HOOKS, container_label
-from flows.dapo_iteration import dapo_iteration
 from flows.evaluate import evaluate_stage
-from flows.rft import policy_ref, rft
+from flows.train_iteration import train_iteration
 from swerl.orchestration.follow import STAGE_LOGGER
 from swerl.orchestration.inputs import curriculum_inputs, task_inputs, tiny_model
 from swerl.orchestration.ledger import Ledger
 from swerl.orchestration.metrics import prefixed, stage_row, table_rows
-from swerl.orchestration.params import EvaluateParams, PipelineParams, RFTParams
+from swerl.orchestration.params import EvaluateParams, PipelineParams
+from swerl.orchestration.plan import StartStep, TrainStep, stage_plan
+from swerl.orchestration.results import EvalResult, PolicyRef, StageResult
 from swerl.orchestration.summary import (Behaviour, StageFacts, eval_facts, images_facts, pass_table, sampler_words,
                                          stage_line, summary_lines, summary_markdown, train_facts, validation_facts,
                                          where_to_look)
@@ -159,31 +161,32 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
                                       f"`{params.tracking.tracking_uri or 'default'}`); run folder `{run_dir}`; "
                                       f"stage ledger `{ledger.path}`")
 
-    plan = ["images"] + (["validate"] if params.validate_runs else []) + (["warm-start"] if params.warm_start else [])
-    plan += ["eval-start"] if params.eval.evaluate_start else []
-    plan += (["rft", "eval-rft"] if params.rft.enabled else [])
-    for k in range(1, params.dapo.iterations + 1):
-        plan += [f"iter-{k}", f"eval-iter-{k}"]
+    stages = stage_plan(params)
+    plan = ["images"] + (["validate"] if params.validate_runs else []) + [s.name for s in stages]
     progress_id = create_progress_artifact(progress=100.0 * len([s for s in plan if ledger.get(s)]) / len(plan),
                                            key=f"progress-{params.name}".lower()[:60], description=f"Stages of {params.name}")
     rows: list[dict[str, Any]] = []
     facts: list[StageFacts] = []
 
-    def stage(name: str, body, explain=None) -> dict[str, Any]:
-        """Run ``body`` unless the ledger has the stage; then say in words what it did (``explain``: entry -> facts)."""
-        done = ledger.get(name)
+    def stage(name: str, body, explain=None, as_type=None):
+        """Run ``body`` unless the ledger has the stage; then say in words what it did (``explain``: entry -> facts).
+        ``as_type``: the result model the stage returns and the ledger reads back (None: a dict)."""
+        done = ledger.get(name, as_type) if as_type else ledger.get(name)
         skipped = done is not None
         if done is None:
             if explain is not None:  # a stage a person hears about (not the start's registration)
                 say(f"{name}: started")
             t0 = time.monotonic()
             done = body()
-            done["seconds"] = time.monotonic() - t0
+            if isinstance(done, dict):
+                done["seconds"] = time.monotonic() - t0
+            elif "seconds" in type(done).model_fields:
+                done = done.model_copy(update={"seconds": time.monotonic() - t0})
             ledger.record(name, done)
         update_progress_artifact(progress_id, 100.0 * len([s for s in plan if ledger.get(s)]) / len(plan))
         if explain is not None:
             facts.append(explain(done))
-            say(stage_line(facts[-1], done.get("seconds"), skipped))
+            say(stage_line(facts[-1], done.get("seconds") if isinstance(done, dict) else done.seconds, skipped))
         elif skipped:
             say(f"{name}: finished in an earlier run, skipped")
         return done
@@ -236,92 +239,62 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
     else:
         warm_tasks = sets.get("warm")
 
-    policy = policy_ref(inputs["model"], "0")
+    policy = PolicyRef.of(inputs["model"], "0")
 
-    def start_policy() -> dict[str, Any]:
-        if not Path(policy["path"]).is_dir():
+    def start_policy() -> PolicyRef:
+        if not Path(policy.path).is_dir():
             return policy
-        registered = tr.register_checkpoint(params.tracking, parent_id, Path(policy["path"]), name="start", policy_version="0", step=0)
-        return policy_ref(policy["path"], "0", registered)
+        registered = tr.register_checkpoint(params.tracking, parent_id, Path(policy.path), name="start", policy_version="0", step=0)
+        return PolicyRef.of(policy.path, "0", registered)
 
-    def eval_body(name: str, step: int, pol: dict[str, Any]) -> dict[str, Any]:
-        model = f"version:{pol['registered_version']}" if pol.get("registered_version") else pol["path"]
+    def train_body(s: TrainStep, start: PolicyRef) -> StageResult:
+        # one flow for every objective, its subflow runs named as before (`rft` for the warm start too)
+        result = train_iteration.with_options(name=s.flow, flow_run_name=s.name)(
+            s.objective, tasks=warm_tasks if s.task_set == "warm" else tasks, model=start.path, out=run_dir / s.name,
+            repos=repos, policy_version=start.policy_version, sampler=params.sampler, seed=params.seed,
+            tracking=params.tracking, parent_run_id=parent_id, step=s.step, container_label=label)
+        if s.on_parent:
+            tr.log_metrics(params.tracking, parent_id, result.metrics, step=s.step)
+        return result
+
+    def eval_body(name: str, step: int, pol: PolicyRef) -> EvalResult:
         result = evaluate_stage.with_options(flow_run_name=name)(
-            EvaluateParams(model=model, tasks=eval_tasks, repos=repos, runs=params.eval.runs, seed=params.seed, sampler=params.sampler,
-                           tracking=params.tracking, promote=params.eval.promote),
+            EvaluateParams(model=pol.model_arg(), tasks=eval_tasks, repos=repos, runs=params.eval.runs, seed=params.seed,
+                           sampler=params.sampler, tracking=params.tracking, promote=params.eval.promote),
             parent_run_id=parent_id, stage=name, step=step, out=run_dir / "eval" / name, container_label=label,
-            policy_version=pol["policy_version"])
+            policy_version=pol.policy_version)
         tr.log_metrics(params.tracking, parent_id, prefixed("eval", result["metrics"]), step=step)
-        return {"metrics": prefixed("eval", result["metrics"]), "run_id": result["run_id"], "promoted": result["promoted"],
-                "policy": pol}
+        return EvalResult(metrics=prefixed("eval", result["metrics"]), run_id=result["run_id"], promoted=result["promoted"],
+                          policy=pol)
 
     def explain_eval(name: str):
-        return lambda r: eval_facts(name, r, behaviour_in(run_dir / "eval" / name / "trajectories"))
+        return lambda r: eval_facts(name, r.model_dump(), behaviour_in(run_dir / "eval" / name / "trajectories"))
 
-    def explain_training(name: str, engine: str, start: dict[str, Any]):
-        sampler = sampler_words(engine, start["policy_version"])
-        return lambda r: train_facts(name, r, sampler, behaviour_in(run_dir / name / "rollout" / "trajectories"))
+    def explain_training(name: str, engine: str, start: PolicyRef):
+        sampler = sampler_words(engine, start.policy_version)
+        # the training task measured the behaviour where it read the rollout; an older ledger's entry has none
+        return lambda r: train_facts(name, r.model_dump(), sampler,
+                                     r.behaviour or behaviour_in(run_dir / name / "rollout" / "trajectories"))
 
-    if params.warm_start is not None:
-        warm = params.warm_start
-
-        def warm_body() -> dict[str, Any]:
-            return rft.with_options(flow_run_name="warm-start")(
-                tasks=warm_tasks, model=policy["path"], out=run_dir / "warm-start", repos=repos,
-                policy_version=policy["policy_version"], rft=RFTParams(samples=warm.samples, sampler=warm.sampler, train=warm.train,
-                                                                       # a noisy demonstrator's unfixed runs are the point of
-                                                                       # it: imitate them too
-                                                                       require_resolved=warm.sampler.demo_give_up == 0),
-                sampler=params.sampler, seed=params.seed, tracking=params.tracking, parent_run_id=parent_id, step=0,
-                container_label=label, stage="warm-start")
-
-        done = stage("warm-start", warm_body, explain_training("warm-start", warm.sampler.engine, policy))
-        if not done["trained"]:
-            raise RuntimeError(f"the warm start trained nothing: {done['reason']}")
-        policy = done["policy"]
-
-    if params.eval.evaluate_start:
-        policy = stage("start-policy", start_policy) if params.warm_start is None else policy
-        done = stage("eval-start", lambda: eval_body("eval-start", 0, policy), explain_eval("eval-start"))
-        rows.append(stage_row("start", 0, policy["policy_version"], done["metrics"], done["seconds"]))
-        table()
-
-    if params.rft.enabled:
-        def rft_body() -> dict[str, Any]:
-            result = rft.with_options(flow_run_name="rft")(
-                tasks=tasks, model=policy["path"], out=run_dir / "rft", repos=repos, policy_version=policy["policy_version"],
-                rft=params.rft, sampler=params.sampler, seed=params.seed, tracking=params.tracking, parent_run_id=parent_id, step=1,
-                container_label=label)
-            tr.log_metrics(params.tracking, parent_id, result["metrics"], step=1)
-            return result
-
-        done = stage("rft", rft_body, explain_training("rft", (params.rft.sampler or params.sampler).engine, policy))
-        policy = done["policy"] if done["trained"] else policy  # carried forward: keep its registry version
-        evaluated = stage("eval-rft", lambda: eval_body("eval-rft", 1, policy), explain_eval("eval-rft"))
-        rows.append(stage_row("rft", 1, policy["policy_version"], {**done["metrics"], **evaluated["metrics"],
-                                                                   "train/trained": float(done["trained"])},
-                              done["seconds"] + evaluated["seconds"]))
-        table()
-
-    for k in range(1, params.dapo.iterations + 1):
-        step = 1 + k
-
-        def iter_body(k: int = k, step: int = step, start: dict[str, Any] = policy) -> dict[str, Any]:
-            result = dapo_iteration.with_options(flow_run_name=f"iter-{k}")(
-                tasks=tasks, policy_path=start["path"], policy_version=start["policy_version"], iteration=k,
-                out=run_dir / f"iter-{k}", repos=repos, dapo=params.dapo, sampler=params.sampler, seed=params.seed,
-                tracking=params.tracking, parent_run_id=parent_id, step=step, container_label=label)
-            tr.log_metrics(params.tracking, parent_id, result["metrics"], step=step)
-            return result
-
-        done = stage(f"iter-{k}", iter_body, explain_training(f"iter-{k}", params.sampler.engine, policy))
-        policy = done["policy"] if done["trained"] else policy  # carried forward: keep its registry version
-        evaluated = stage(f"eval-iter-{k}", lambda step=step, k=k: eval_body(f"eval-iter-{k}", step, policy),
-                          explain_eval(f"eval-iter-{k}"))
-        rows.append(stage_row(f"iter-{k}", step, policy["policy_version"], {**done["metrics"], **evaluated["metrics"],
-                                                                            "train/trained": float(done["trained"])},
-                              done["seconds"] + evaluated["seconds"]))
-        table()
+    trained: dict[str, StageResult] = {}
+    for s in stages:  # the ledger skips every stage an earlier run finished
+        if isinstance(s, StartStep):
+            policy = stage(s.name, start_policy, as_type=PolicyRef)
+        elif isinstance(s, TrainStep):
+            done = stage(s.name, lambda s=s, start=policy: train_body(s, start), explain_training(s.name, s.engine, policy),
+                         StageResult)
+            if s.must_train and not done.trained:
+                raise RuntimeError(f"the {s.name.replace('-', ' ')} trained nothing: {done.reason}")
+            policy = done.policy if done.trained else policy  # carried forward: keep its registry version
+            trained[s.name] = done
+        else:
+            evaluated = stage(s.name, lambda s=s, pol=policy: eval_body(s.name, s.step, pol), explain_eval(s.name), EvalResult)
+            before = trained.get(s.after) if s.after else None
+            metrics = ({**before.metrics, **evaluated.metrics, "train/trained": float(before.trained)} if before
+                       else evaluated.metrics)
+            rows.append(stage_row(s.row, s.step, policy.policy_version, metrics,
+                                  evaluated.seconds + (before.seconds if before else 0.0)))
+            table()
 
     curve = plot_curve(params.tracking, parent_id, rows, run_dir / "pass_at_1.png", f"pipeline {params.name}")
     where = where_to_look(run_dir, parent["url"] or parent_id, params.name)
@@ -329,7 +302,7 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
                              markdown=summary_markdown(params.name, facts, where))
     story = summary_lines(params.name, facts, where)
     summary = {"name": params.name, "run_dir": str(run_dir), "mlflow_run_id": parent_id, "mlflow_url": parent["url"],
-               "final_policy": policy, "stages": rows, "plot": curve, "summary": story}
+               "final_policy": policy.model_dump(), "stages": rows, "plot": curve, "summary": story}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     tr.finish_run(params.tracking, parent_id, summary=summary)
     for line in pass_table(rows) + story:

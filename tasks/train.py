@@ -1,4 +1,4 @@
-"""Select RFT data, train RFT, train one DAPO update; each resumes from its newest checkpoint."""
+"""Train RFT, train one DAPO update; each reads its rollout once and resumes from its newest checkpoint."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from swerl.stages.errors import NothingToTrainError
+from swerl.stages.errors import NothingToTrainError, StageInputError
 from swerl.stages.train import DAPOStage, RFTStage, train_dapo, train_rft
 from swerl.train.run import read_metrics
 from tasks.common import TAG_GPU, retry_on_infrastructure
@@ -27,9 +27,31 @@ def _callbacks():
     return dict(on_start=on_start, on_step=on_step, on_data=log.info)
 
 
-def _outcome(fn, stage) -> dict[str, Any]:
+def _read_once(stage: RFTStage | DAPOStage) -> list:
+    """The stage's trajectories, read once for its figures, its selection and its update."""
+    from swerl.train.data import DataError, read_trajectories
+
     try:
-        result = fn(stage, **_callbacks())
+        return read_trajectories(stage.trajectories)
+    except DataError as e:
+        raise StageInputError(str(e)) from e
+
+
+def _rollout_figures(found: list, reward, wall_s: float | None) -> dict[str, Any]:
+    """What the flow logs about the rollout: the count, rollout/ and grading/ metrics, the policy's behaviour."""
+    from dataclasses import asdict
+
+    from swerl.orchestration.metrics import grading_metrics, prefixed, rollout_metrics
+    from swerl.orchestration.summary import behaviour_of
+
+    metrics = prefixed("rollout", rollout_metrics(found, reward, wall_s=wall_s))
+    metrics.update(prefixed("grading", grading_metrics(found)))
+    return {"trajectories": len(found), "metrics": metrics, "behaviour": asdict(behaviour_of(found))}
+
+
+def _outcome(fn, stage, found: list) -> dict[str, Any]:
+    try:
+        result = fn(stage, **_callbacks(), found=found)
     except NothingToTrainError as e:
         # no learning signal is an outcome, not a failure: the policy carries forward
         return {"trained": False, "reason": str(e), "final": None, "steps": 0, "data": {}, "step_metrics": []}
@@ -39,24 +61,27 @@ def _outcome(fn, stage) -> dict[str, Any]:
             "step_metrics": read_metrics(stage.out)}
 
 
-@task(name="select-rft-data", cache_policy=NO_CACHE)
-def select_rft_data(stage: RFTStage) -> dict[str, Any]:
-    """Which trajectories RFT keeps, and why the others are left out (recorded before training)."""
+def rft_selection(found: list, stage: RFTStage) -> dict[str, Any]:
+    """Which trajectories RFT keeps, and why the others are left out."""
     from swerl.rl.rft import select_rft
-    from swerl.train.data import read_trajectories
 
-    found = read_trajectories(stage.trajectories)
     kept, skipped = select_rft(found, stage.selection())
     return {"trajectories": len(found), "kept": len(kept), "skipped": skipped, "tasks_kept": len({e.instance_id for e in kept})}
 
 
 @task(name="train-rft", tags=[TAG_GPU], retries=1, retry_condition_fn=retry_on_infrastructure, cache_policy=NO_CACHE)
-def train_rft_task(stage: RFTStage) -> dict[str, Any]:
-    """Rejection fine-tuning into ``stage.out`` (a retry or rerun resumes from the newest step)."""
-    return _outcome(train_rft, stage)
+def train_rft_task(stage: RFTStage, wall_s: float | None = None) -> dict[str, Any]:
+    """Rejection fine-tuning into ``stage.out`` (a retry or rerun resumes from the newest step). The rollout is
+    read once, here: the result carries its figures (``rollout``; ``wall_s``: the rollout's wall time, for
+    tokens/s) and the selection (``selection``) beside the training outcome."""
+    found = _read_once(stage)
+    return {**_outcome(train_rft, stage, found), "rollout": _rollout_figures(found, None, wall_s),
+            "selection": rft_selection(found, stage)}
 
 
 @task(name="train-dapo", tags=[TAG_GPU], retries=1, retry_condition_fn=retry_on_infrastructure, cache_policy=NO_CACHE)
-def train_dapo_task(stage: DAPOStage) -> dict[str, Any]:
-    """One DAPO update into ``stage.out`` (a retry or rerun resumes from the newest step)."""
-    return _outcome(train_dapo, stage)
+def train_dapo_task(stage: DAPOStage, wall_s: float | None = None) -> dict[str, Any]:
+    """One DAPO update into ``stage.out`` (a retry or rerun resumes from the newest step); the rollout is read
+    once, here, and its figures (``rollout``) scored with the stage's rewards come back with the outcome."""
+    found = _read_once(stage)
+    return {**_outcome(train_dapo, stage, found), "rollout": _rollout_figures(found, stage.reward, wall_s)}

@@ -22,31 +22,38 @@ from swerl.cli.progress import bar
 from swerl.rl.rewards import RewardConfig
 from swerl.rl.rft import RFTConfig
 from swerl.stages.train import DAPO_TRAIN, RFT_TRAIN, DAPOObjective, TrainCommon, TrainSettings
-from swerl.train.base import LossConfig, OptimizerConfig
+from swerl.train.base import DeepSpeedTrainerConfig, LossConfig, OptimizerConfig, TorchTrainerConfig
 
 train_app = typer.Typer(no_args_is_help=True, help="Train the policy on stored trajectories: rft (rejection fine-tuning) or dapo (one RL update).")
 
 RFT = TrainSettings.model_validate(RFT_TRAIN)  # each command's defaults are its stage's preset
 DAPO = TrainSettings.model_validate(DAPO_TRAIN)
+TORCH_DEVICE = TorchTrainerConfig.model_fields["device"].description
+ZERO_STAGE = DeepSpeedTrainerConfig.model_fields["zero_stage"].description
 
 TrajOpt = typer.Option(..., "--trajectories", help="A trajectory store, or a `swerl rollout --out` run folder (its trajectories/); repeat for more.")
 ModelOpt = typer.Option(..., "--model", help="Policy to start from: a model folder or hub name.")
 OutOpt = typer.Option(..., "--out", help="Run folder: step-N checkpoints, metrics.jsonl, run.json, final; a rerun resumes it.")
 MaxTokOpt = field_option(TrainSettings, "max_tokens_per_microbatch", "--max-tokens-per-microbatch")
-BackendOpt = field_option(TrainSettings, "backend", "--backend")
+BackendOpt = typer.Option("torch", "--backend", help="Trainer backend: 'torch' (one process) or 'deepspeed' (ZeRO over every "
+                          "launched process).")
 SeedOpt = field_option(TrainCommon, "seed", "--seed")
 VersionOpt = field_option(TrainCommon, "policy_version", "--policy-version")
-DeviceOpt = field_option(TrainSettings, "device", "--device")
+DeviceOpt = field_option(TorchTrainerConfig, "device", "--device", help="Torch backend: " + TORCH_DEVICE)
 CkptOpt = field_option(TrainSettings, "gradient_checkpointing", "--gradient-checkpointing")
 KeepOpt = field_option(TrainSettings, "keep_last", "--keep-last")
 SaveOpt = field_option(TrainSettings, "save_every", "--save-every")
-ZeroOpt = field_option(TrainSettings, "zero_stage", "--zero-stage")
+ZeroOpt = field_option(DeepSpeedTrainerConfig, "zero_stage", "--zero-stage", help="DeepSpeed backend: " + ZERO_STAGE)
 
 
 def _settings(preset: TrainSettings, **values) -> dict:
-    """TrainSettings as a dict from the flat options (the optimiser's among them)."""
+    """TrainSettings as a dict from the flat options: the optimiser's, and the backend's (``trainer``: only the
+    fields the chosen backend has)."""
     optimizer = {name: values.pop(name) for name in ("lr", "lr_schedule", "warmup_steps")}
-    return {**values, "optimizer": {**preset.optimizer.model_dump(), **optimizer}}
+    backend = values.pop("backend")
+    device, zero_stage = values.pop("device"), values.pop("zero_stage")
+    trainer = {"backend": backend, **({"device": device} if backend == "torch" else {"zero_stage": zero_stage})}
+    return {**values, "trainer": trainer, "optimizer": {**preset.optimizer.model_dump(), **optimizer}}
 
 
 def _run_stage(fn, stage) -> None:

@@ -13,9 +13,17 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel, ValidationError
 
 LEDGER_FILE = "ledger.json"
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class LedgerError(ValueError):
+    """A ledger entry that does not read as the result its stage produces."""
 
 
 class Ledger:
@@ -30,15 +38,33 @@ class Ledger:
             return {}
         return json.loads(self.path.read_text(encoding="utf-8"))
 
-    def get(self, stage: str) -> dict[str, Any] | None:
-        """The recorded result of a finished stage, or None."""
+    @overload
+    def get(self, stage: str) -> dict[str, Any] | None: ...
+
+    @overload
+    def get(self, stage: str, as_type: type[M]) -> M | None: ...
+
+    def get(self, stage: str, as_type: type[M] | None = None) -> dict[str, Any] | M | None:
+        """The recorded result of a finished stage (as ``as_type`` when given), or None."""
         entry = self._read().get(stage)
-        return entry["result"] if entry else None
+        if not entry:
+            return None
+        if as_type is None:
+            return entry["result"]
+        try:
+            return as_type.model_validate(entry["result"])
+        except ValidationError as e:
+            raise LedgerError(f"{self.path}: the entry of stage {stage!r} does not read as a {as_type.__name__} "
+                              f"({e.error_count()} error(s): {e.errors()[0]['loc']} {e.errors()[0]['msg']}); remove "
+                              f"{stage!r} from {self.path} to rerun that stage, or start a new pipeline name") from e
 
     def finished(self) -> list[str]:
         return list(self._read())
 
-    def record(self, stage: str, result: dict[str, Any]) -> None:
+    def record(self, stage: str, result: dict[str, Any] | BaseModel) -> None:
+        """Mark ``stage`` finished with ``result`` (a model is stored as its JSON form)."""
+        if isinstance(result, BaseModel):
+            result = result.model_dump(mode="json")
         with self._lock:
             data = self._read()
             data[stage] = {"result": result, "finished_at": time.time()}

@@ -6,12 +6,13 @@ with the same input resumes (``swerl.train.run``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from swerl.agent.trajectory import Trajectory
 from swerl.rl.rewards import RewardConfig
 from swerl.rl.rft import RFTConfig
 from swerl.stages.config import part
@@ -98,11 +99,12 @@ OnStart = Callable[[int, int], None]
 OnStep = Callable[[dict[str, Any]], None]
 
 
-def _read(paths: list[Path], policy_version: str | None, exact: bool):
+def _read(paths: list[Path], policy_version: str | None, exact: bool, found: Sequence[Trajectory] | None = None):
+    """The stage's trajectories (``found``: already read from ``paths`` by the caller), checked."""
     from swerl.train.data import DataError, check_trajectories, read_trajectories
 
     try:
-        trajectories = read_trajectories(paths)
+        trajectories = list(found) if found is not None else read_trajectories(paths)
         check_trajectories(trajectories, policy_version, require_exact_ids=exact)
     except DataError as e:
         raise StageInputError(str(e)) from e
@@ -145,12 +147,13 @@ def _train(stage: TrainCommon, rows, config: TrainerConfig, spec: dict, extra: d
 
 
 def train_rft(stage: RFTStage, on_start: OnStart | None = None, on_step: OnStep | None = None,
-              on_data: Callable[[str], None] | None = None) -> TrainOutcome:
-    """Rejection fine-tuning on the resolved trajectories (minus mean log-prob of their replies)."""
+              on_data: Callable[[str], None] | None = None, found: Sequence[Trajectory] | None = None) -> TrainOutcome:
+    """Rejection fine-tuning on the resolved trajectories (minus mean log-prob of their replies); ``found``:
+    the stage's trajectories when the caller has read them already."""
     from swerl.rl.rft import select_rft
     from swerl.train import data
 
-    found = _read(stage.trajectories, stage.policy_version, exact=False)
+    found = _read(stage.trajectories, stage.policy_version, exact=False, found=found)
     examples, skipped = select_rft(found, stage.selection())
     reasons = ", ".join(f"{n} {why}" for why, n in sorted(skipped.items(), key=lambda kv: -kv[1]))
     if not examples:
@@ -165,11 +168,12 @@ def train_rft(stage: RFTStage, on_start: OnStart | None = None, on_step: OnStep 
 
 
 def train_dapo(stage: DAPOStage, on_start: OnStart | None = None, on_step: OnStep | None = None,
-               on_data: Callable[[str], None] | None = None) -> TrainOutcome:
-    """One DAPO update: rewards -> group advantages -> zero-advantage samples dropped -> clipped policy gradient."""
+               on_data: Callable[[str], None] | None = None, found: Sequence[Trajectory] | None = None) -> TrainOutcome:
+    """One DAPO update: rewards -> group advantages -> zero-advantage samples dropped -> clipped policy gradient;
+    ``found``: the stage's trajectories when the caller has read them already."""
     from swerl.train import data
 
-    found = _read(stage.trajectories, stage.policy_version, exact=True)
+    found = _read(stage.trajectories, stage.policy_version, exact=True, found=found)
     try:
         overrides = data.read_reward_overrides(stage.rewards_file) if stage.rewards_file else None
         d = data.dapo_data(found, stage.reward, stage.advantage, overrides, stage.drop_zero_advantage)

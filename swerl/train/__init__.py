@@ -11,7 +11,8 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-from swerl.train.base import LossConfig, OptimizerConfig, ResumeState, TrainBatch, Trainer, TrainerConfig, TrainerSettings
+from swerl.train.base import (DeepSpeedTrainerConfig, LossConfig, OptimizerConfig, ResumeState, TorchTrainerConfig, TrainBatch, Trainer,
+                              TrainerBackend, TrainerConfig, TrainerSettings)
 from swerl.train.checkpoint import latest_checkpoint, step_dir
 
 
@@ -33,9 +34,10 @@ BACKENDS: dict[str, Callable[[str | Path, TrainerConfig], Trainer]] = {"torch": 
 
 
 def make_trainer(model_dir: str | Path, config: TrainerConfig | None = None) -> Trainer:
-    """The trainer of ``config.backend``, starting from the model folder (or hub name) ``model_dir``."""
+    """The one factory of trainers: the backend ``config.trainer`` names (its tag ``backend``), starting from the
+    model folder (or hub name) ``model_dir``."""
     config = config or TrainerConfig()
-    return BACKENDS[config.backend](model_dir, config)
+    return BACKENDS[config.trainer.backend](model_dir, config)
 
 
-__all__ = ["BACKENDS", "LossConfig", "OptimizerConfig", "ResumeState", "TrainBatch", "Trainer", "TrainerConfig", "TrainerSettings", "latest_checkpoint", "make_trainer", "step_dir"]
+__all__ = ["BACKENDS", "DeepSpeedTrainerConfig", "LossConfig", "OptimizerConfig", "ResumeState", "TorchTrainerConfig", "TrainBatch", "Trainer", "TrainerBackend", "TrainerConfig", "TrainerSettings", "latest_checkpoint", "make_trainer", "step_dir"]

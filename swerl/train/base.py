@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, Union, runtime_checkable
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -52,20 +52,65 @@ class LossConfig(BaseModel):
         "sequence, then over sequences (GRPO).")
 
 
-class TrainerSettings(BaseModel):
-    """What a user chooses about the trainer: backend, device, memory, optimiser."""
+class TorchTrainerConfig(BaseModel):
+    """The torch backend: one process, on the CPU or one GPU."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: Literal["torch", "deepspeed"] = Field("torch", description="'torch': one process; 'deepspeed': ZeRO data parallelism over every launched process.")
-    device: str = Field("auto", description="Torch backend: 'cpu', 'cuda', 'cuda:N', or 'auto' (the first GPU if any, else CPU). DeepSpeed ignores it: each process takes its local rank's GPU, or the CPU.")
-    zero_stage: Literal[1, 2, 3] = Field(3, description="DeepSpeed ZeRO stage (deepspeed backend only): 3 partitions weights, gradients and optimiser state.")
+    backend: Literal["torch"] = Field("torch", description="'torch': one process.")
+    device: str = Field("auto", description="'cpu', 'cuda', 'cuda:N', or 'auto' (the first GPU if any, else CPU).")
+
+
+class DeepSpeedTrainerConfig(BaseModel):
+    """The DeepSpeed backend: ZeRO data parallelism over every launched process, each on its local rank's GPU
+    (or the CPU, over gloo)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: Literal["deepspeed"] = Field("deepspeed", description="'deepspeed': ZeRO over every launched process.")
+    zero_stage: Literal[1, 2, 3] = Field(3, description="ZeRO stage: 3 partitions weights, gradients and optimiser state.")
+
+
+TrainerBackend = Annotated[Union[TorchTrainerConfig, DeepSpeedTrainerConfig], Field(discriminator="backend")]
+
+# the fields each backend's config had when they sat flat beside the other trainer settings
+_FLAT_BACKEND = {"torch": ("device",), "deepspeed": ("zero_stage",)}
+
+
+class TrainerSettings(BaseModel):
+    """What a user chooses about the trainer: backend (with its own fields), memory, optimiser."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trainer: TrainerBackend = Field(default_factory=TorchTrainerConfig, description="The backend, tagged by `backend`: "
+                                    "`{backend: torch, device: auto}` or `{backend: deepspeed, zero_stage: 3}`.")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="Compute dtype: 'auto' is float32 on CPU and bfloat16 on GPU. Master weights and optimiser state stay float32.")
     max_tokens_per_microbatch: int = Field(16384, ge=1, description="Padded tokens (sequences x longest) per forward pass; must hold the longest sequence.")
     logprob_chunk_size: int = Field(1024, ge=1, le=1_000_000, description="Positions whose vocabulary logits exist at once in the chunked log-prob head.")
     gradient_checkpointing: bool = Field(False, description="Recompute decoder activations in backward (activation memory ~ one layer).")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="AdamW and its learning-rate schedule.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_backend(cls, data: Any) -> Any:
+        """The older flat form (``backend``, ``device``, ``zero_stage`` beside the other settings, as older YAML
+        files and the CLI's options give them) as ``trainer``; the fields the chosen backend has no use for go."""
+        if not isinstance(data, Mapping) or not any(k in data for k in ("backend", "device", "zero_stage")):
+            return data
+        data = dict(data)
+        flat = {k: data.pop(k) for k in ("backend", "device", "zero_stage") if k in data}
+        if "trainer" in data:
+            raise ValueError(f"give the backend as trainer: {{backend: ...}} or as the flat {', '.join(sorted(flat))}, "
+                             "not both")
+        backend = flat.get("backend", "torch")
+        data["trainer"] = {"backend": backend, **{k: flat[k] for k in _FLAT_BACKEND.get(backend, ()) if k in flat}}
+        return data
+
+    @property
+    def backend(self) -> str:
+        """The backend's tag: ``torch`` or ``deepspeed``."""
+        return self.trainer.backend
 
 
 class TrainerConfig(TrainerSettings):

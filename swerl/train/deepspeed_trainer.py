@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from swerl.train import checkpoint as ckpt
-from swerl.train.base import ResumeState, TrainBatch, TrainerConfig
+from swerl.train.base import DeepSpeedTrainerConfig, ResumeState, TrainBatch, TrainerConfig
 from swerl.train.step import (ActionLogprobModel, accumulate_gradients, compute_dtype, finish_metrics, learning_rate,
                               param_groups, plan_step)
 
@@ -39,8 +39,8 @@ DEEPSPEED_TAG = "state"
 
 def deepspeed_config(cfg: TrainerConfig, dtype: torch.dtype) -> dict[str, Any]:
     """The DeepSpeed config dict for ``cfg``: ZeRO stage, clipping, bf16, caller-owned accumulation."""
-    zero: dict[str, Any] = {"stage": cfg.zero_stage, "overlap_comm": False, "contiguous_gradients": True}
-    if cfg.zero_stage == 3:
+    zero: dict[str, Any] = {"stage": cfg.trainer.zero_stage, "overlap_comm": False, "contiguous_gradients": True}
+    if cfg.trainer.zero_stage == 3:
         zero["stage3_gather_16bit_weights_on_model_save"] = False  # the trainer gathers the model folder itself
     return {
         "train_micro_batch_size_per_gpu": 1,  # bookkeeping only: micro-batches are packed by tokens, not counted
@@ -94,7 +94,7 @@ class DeepSpeedTrainer:
         import deepspeed
         from deepspeed.accelerator import get_accelerator
 
-        self.config = cfg = config or TrainerConfig(backend="deepspeed")
+        self.config = cfg = config or TrainerConfig(trainer=DeepSpeedTrainerConfig())
         if cfg.backend != "deepspeed":
             raise ValueError(f"DeepSpeedTrainer runs backend 'deepspeed', the config asks for {cfg.backend!r}; use make_trainer")
         self.source = model_dir
@@ -105,7 +105,7 @@ class DeepSpeedTrainer:
             accelerator.set_device(local_rank)
         ds_config = deepspeed_config(cfg, compute_dtype(cfg.dtype, self.device))
         ckpt.seed_everything(cfg.seed)
-        self._zero3 = cfg.zero_stage == 3
+        self._zero3 = cfg.trainer.zero_stage == 3
         self.policy = _load_policy(model_dir, ds_config)
         if cfg.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -32,7 +32,7 @@ class TorchTrainer:
         if self.config.backend != "torch":
             raise ValueError(f"TorchTrainer runs backend 'torch', the config asks for {self.config.backend!r}; use make_trainer")
         self.source = model_dir
-        self.device = resolve_device(self.config.device)
+        self.device = resolve_device(self.config.trainer.device)
         dtype = compute_dtype(self.config.dtype, self.device)
         self.autocast_dtype = None if dtype == torch.float32 else dtype
         ckpt.seed_everything(self.config.seed)

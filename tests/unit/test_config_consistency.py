@@ -126,6 +126,10 @@ ALLOWED: dict[str, dict[str, set[str]]] = {
         "tasks per rollout task run; None: one chunk": {"SamplerParams"},
         "predictions per grading task run": {"GradeParams"},
     },
+    "backend": {
+        "the torch variant's tag of TrainerSettings.trainer": {"TorchTrainerConfig"},
+        "the deepspeed variant's tag of TrainerSettings.trainer": {"DeepSpeedTrainerConfig"},
+    },
     "kind": {
         "the docker variant's tag of SandboxConfig": {"DockerSandboxConfig"},
         "the local variant's tag of SandboxConfig": {"LocalSandboxConfig"},

@@ -1,0 +1,69 @@
+"""Flow: one training iteration, RFT or DAPO. Sample the policy, measure the rollouts, train on
+them with the iteration's objective, register the checkpoint (or carry the policy forward)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow
+
+from flows._hooks import HOOKS
+from flows.rollout import rollout_stage, run_chunks
+from swerl.orchestration.metrics import prefixed, train_metrics
+from swerl.orchestration.objectives import Objective, RFTIteration
+from swerl.orchestration.params import SamplerParams, TrackingParams
+from swerl.orchestration.results import PolicyRef, StageResult
+from swerl.orchestration.summary import Behaviour
+from tasks import tracking as tr
+from tasks.train import train_dapo_task, train_rft_task
+
+
+@flow(name="train_iteration", log_prints=True, **HOOKS)
+def train_iteration(objective: Objective, tasks: Path, model: str, out: Path, repos: Path | None = None,
+                    policy_version: str = "0", sampler: SamplerParams = SamplerParams(), seed: int = 0,
+                    tracking: TrackingParams = TrackingParams(), parent_run_id: str | None = None, step: int = 1,
+                    container_label: str | None = None) -> StageResult:
+    """Rollouts of ``model`` on ``tasks`` -> the objective's update -> a registered `candidate`.
+
+    The MLflow run and the new policy version are named by the objective (`rft`, `warm-start`,
+    `iter-k` / `dapo-k`); with nothing to train on, the starting policy carries forward.
+    """
+    sampler = objective.sampler_of(sampler)
+    objective.check(sampler)  # before any rollout
+    name = objective.name
+    run_id = tr.stage_run(tracking, parent_run_id, name, params=objective.run_params(sampler, policy_version))
+    seed = objective.seed_of(seed)
+    sampling = rollout_stage(tasks=tasks, repos=repos, model=model, out=out / "rollout", samples=objective.samples, seed=seed,
+                             policy_version=policy_version, sampler=sampler, container_label=container_label)
+    rolled = run_chunks(sampling, sampler.chunk_size, sampler.chunk_timeout_s, dask_address=sampler.dask_address)
+    store = Path(rolled["store"])
+    train_stage = objective.stage_config(store, model, out / "train", seed, policy_version)
+    task = train_rft_task if isinstance(objective, RFTIteration) else train_dapo_task
+    # the task reads the rollout once: its figures and the selection come back with the update, not the trajectories
+    outcome = task.with_options(timeout_seconds=objective.train.timeout_s)(train_stage, wall_s=rolled["wall_s"])
+    rolled_out = outcome["rollout"]
+    metrics = dict(rolled_out["metrics"])
+    summary = {}
+    if "selection" in outcome:
+        selected = outcome["selection"]
+        metrics.update({"rft/kept": float(selected["kept"]), "rft/tasks_kept": float(selected["tasks_kept"])})
+        summary["selection"] = selected
+    data = f"{name}-trajectories"
+    trained_on = tr.log_training_inputs(tracking, run_id, tasks, store, data, rolled_out["trajectories"], model, parent_run_id)
+    if outcome["trained"]:
+        metrics.update(prefixed("train", train_metrics(outcome["step_metrics"])))
+        if not isinstance(objective, RFTIteration):
+            metrics.update(prefixed("data", outcome["data"]))
+        registered = tr.register_trained_checkpoint(tracking, run_id, Path(outcome["final"]), name=name,
+                                                    policy_version=objective.new_version, step=step,
+                                                    metrics={k: v for k, v in metrics.items() if k.startswith("train/")},
+                                                    trained_on=trained_on, metrics_dataset=data)
+        policy = PolicyRef.of(outcome["final"], objective.new_version, registered)
+    else:
+        print(f"{name} trained nothing, the policy carries forward: {outcome['reason']}")
+        policy = PolicyRef.of(model, policy_version)
+    metrics["train/trained"] = 1.0 if outcome["trained"] else 0.0
+    tr.log_metrics(tracking, run_id, metrics, step=step)
+    tr.finish_run(tracking, run_id, summary={"policy": policy.model_dump(), **summary, "reason": outcome["reason"]})
+    return StageResult(policy=policy, metrics=metrics, run_id=run_id, trained=outcome["trained"], reason=outcome["reason"],
+                       behaviour=Behaviour(**rolled_out["behaviour"]))
