@@ -87,3 +87,53 @@ def test_the_server_stops_when_the_run_fails(tiny_model_dir, tmp_path):
             raise RuntimeError("a stage failed")
     pid = json.loads((tmp_path / "policy-server.json").read_text())["pid"]
     assert group_members(pid) == [] and _refused(url)
+
+
+def test_rft_then_evaluation_on_two_docker_hosts_through_one_served_policy_reloaded_after_training(
+        prefect_api, docker_ready, demo, task_slice, tiny_model_dir, tmp_path):
+    """Backends together: every sandbox (agents and graders) on a pool of this daemon and a second one in a
+    network namespace, images copied by save/load; the starting policy evaluated through the pipeline's vLLM
+    server, RFT (scripted demonstrations) trains a checkpoint, and the same server reloads it for the
+    evaluation after it."""
+    import os
+
+    from flows.pipeline import pipeline
+    from swerl.envs.docker_config import DockerSandboxConfig
+    from swerl.envs.docker_hosts import DockerHostsConfig, docker_host
+    from swerl.envs.docker_reaper import running_containers
+    from swerl.orchestration.params import RFTParams, SamplerParams, TrainParams
+    from swerl.stages.rollout import stored_trajectories
+    from tests.support.netns_docker import NamespaceUnavailable, netns_dockerd
+
+    local = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        with netns_dockerd(name="swerl-test-host3", subnet="10.203.0") as host:
+            pool = DockerHostsConfig(hosts=[{"url": local, "max_concurrency": 2}, {"url": host.url, "max_concurrency": 2}],
+                                     container=DockerSandboxConfig(exec_channel=True))
+            params = _params(tmp_path, task_slice, demo.repos_dir, tiny_model_dir, VLLMServeConfig())
+            params = params.model_copy(update={
+                "sampler": params.sampler.model_copy(update={"sandbox": pool}),
+                "rft": RFTParams(sampler=SamplerParams(engine="scripted", concurrency=3, agent={"max_turns": 20}, sandbox=pool),
+                                 samples=1, train=TrainParams(epochs=1, batch_size=3, optimizer={"lr": 1e-3, "warmup_steps": 0}))})
+            state = pipeline(params, return_state=True)
+            assert state.is_completed(), state
+            summary = state.result()
+            copied = sorted({image for image, _ in docker_host(host.url).transfers})
+            left = running_containers(f"pipeline-{params.name}", hosts=[host.url])
+    except NamespaceUnavailable as e:
+        pytest.skip(f"no second Docker daemon can be made here: {e}")
+    run_dir = params.run_dir
+    trained = summary["final_policy"]["policy_version"]
+    assert trained != "0"
+    for stage, version in (("eval-start", "0"), ("eval-rft", trained)):
+        trajectories = stored_trajectories(run_dir / "eval" / stage / "trajectories")
+        assert {(t.engine, t.policy_version) for t in trajectories} == {("openai", version)}, stage
+        assert len(trajectories) == 3 and all(any(t.action_mask) for t in trajectories), [t.error for t in trajectories]
+    rft = stored_trajectories(run_dir / "rft" / "rollout" / "trajectories")
+    assert len(rft) == 3 and all(t.resolved for t in rft), [(t.instance_id, t.resolved, t.error) for t in rft]
+    assert copied  # sandboxes ran on the second host (which tasks' is placement's choice, by load)
+    assert left == []
+    # one server for the whole run: the start's evaluation and the RFT checkpoint's each reloaded into it
+    log = (run_dir / "policy-server.log").read_text(errors="replace")
+    assert log.count("POST /collective_rpc") >= 4
+    assert group_members(json.loads((run_dir / "policy-server.json").read_text())["pid"]) == []
