@@ -92,7 +92,7 @@ def test_the_server_stops_when_the_run_fails(tiny_model_dir, tmp_path):
 def test_rft_then_evaluation_on_two_docker_hosts_through_one_served_policy_reloaded_after_training(
         prefect_api, docker_ready, demo, task_slice, tiny_model_dir, tmp_path):
     """Backends together: every sandbox (agents and graders) on a pool of this daemon and a second one in a
-    network namespace, images copied by save/load; the starting policy evaluated through the pipeline's vLLM
+    network namespace, images copied through a registry; the starting policy evaluated through the pipeline's vLLM
     server, RFT (scripted demonstrations) trains a checkpoint, and the same server reloads it for the
     evaluation after it."""
     import os
@@ -104,12 +104,14 @@ def test_rft_then_evaluation_on_two_docker_hosts_through_one_served_policy_reloa
     from swerl.orchestration.params import RFTParams, SamplerParams, TrainParams
     from swerl.stages.rollout import stored_trajectories
     from tests.support.netns_docker import NamespaceUnavailable, netns_dockerd
+    from tests.support.registry import RegistryUnavailable, local_registry
 
     local = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     try:
-        with netns_dockerd(name="swerl-test-host3", subnet="10.203.0") as host:
+        with netns_dockerd(name="swerl-test-host3", subnet="10.203.0") as host, local_registry(tmp_path / "registry") as port:
             pool = DockerHostsConfig(hosts=[{"url": local, "max_concurrency": 2}, {"url": host.url, "max_concurrency": 2}],
-                                     container=DockerSandboxConfig(exec_channel=True))
+                                     container=DockerSandboxConfig(exec_channel=True),
+                                     registry={"address": f"10.203.0.1:{port}", "push_address": f"127.0.0.1:{port}"})
             params = _params(tmp_path, task_slice, demo.repos_dir, tiny_model_dir, VLLMServeConfig())
             params = params.model_copy(update={
                 "sampler": params.sampler.model_copy(update={"sandbox": pool}),
@@ -120,8 +122,8 @@ def test_rft_then_evaluation_on_two_docker_hosts_through_one_served_policy_reloa
             summary = state.result()
             copied = sorted({image for image, _ in docker_host(host.url).transfers})
             left = running_containers(f"pipeline-{params.name}", hosts=[host.url])
-    except NamespaceUnavailable as e:
-        pytest.skip(f"no second Docker daemon can be made here: {e}")
+    except (NamespaceUnavailable, RegistryUnavailable) as e:
+        pytest.skip(f"no second Docker daemon or no registry here: {e}")
     run_dir = params.run_dir
     trained = summary["final_policy"]["policy_version"]
     assert trained != "0"
