@@ -16,7 +16,9 @@ cannot start raises ``VLLMServerError`` with the tail of that log, before any st
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
+import socket
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -54,7 +56,21 @@ def serve_config(params: BaseModel) -> VLLMServeConfig | None:
     if len(found) > 1:
         raise StageInputError(f"the samplers ask for {len(found)} different policy servers ({found}); a pipeline starts one: "
                               "give every openai sampler the same serve settings (or a base_url of its own)")
+    remote = [s.dask_address for s in _samplers(params) if s.serve is not None and getattr(s, "dask_address", None)]
+    if remote and _local_only(found[0].host):
+        raise StageInputError(f"the rollout chunks run on the Dask cluster at {remote[0]}, whose workers cannot reach a policy "
+                              f"server on {found[0].host}: set serve.host to this machine's address on the workers' private "
+                              "network (e.g. 10.0.0.5)")
     return found[0] if found else None
+
+
+def _local_only(host: str) -> bool:
+    """Whether a URL on ``host`` is of no use to another machine (loopback, or the unspecified 0.0.0.0)."""
+    try:
+        address = ipaddress.ip_address(socket.gethostbyname(host))
+    except OSError:
+        return False  # the start will say what is wrong with it
+    return address.is_loopback or address.is_unspecified
 
 
 def _rewrite(params: M, change: Callable[[SamplerConfig], SamplerConfig]) -> M:

@@ -67,3 +67,15 @@ def test_without_serve_nothing_starts_and_the_params_pass_through(tmp_path):
     with policy_server(params, "no-such-model", tmp_path) as seen:
         assert seen is params
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_server_on_loopback_is_refused_when_dask_workers_sample():
+    params = PipelineParams(sampler=SamplerParams(engine="openai", serve=SERVE, dask_address="tcp://10.0.0.5:8786"))
+    with pytest.raises(StageInputError, match="cannot reach a policy server on 127.0.0.1: set serve.host"):
+        serve_config(params)
+    everywhere = SERVE.model_copy(update={"host": "0.0.0.0"})  # it listens on every address, but its URL leads nowhere
+    with pytest.raises(StageInputError, match="on 0.0.0.0"):
+        serve_config(PipelineParams(sampler=SamplerParams(engine="openai", serve=everywhere, dask_address="tcp://10.0.0.5:8786")))
+    reachable = SERVE.model_copy(update={"host": "10.0.0.5"})
+    params = PipelineParams(sampler=SamplerParams(engine="openai", serve=reachable, dask_address="tcp://10.0.0.5:8786"))
+    assert serve_config(params) == reachable
