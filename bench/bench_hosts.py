@@ -1,12 +1,14 @@
 """Sandbox start latency on a remote Docker host against the local daemon, side by side in one run, and
 the wall time of one rollout batch on one host against two.
 
-    .venv/bin/python bench/bench_hosts.py [--starts 10] [--rollouts 8]
+    .venv/bin/python bench/bench_hosts.py [--starts 10] [--rollouts 8] [--no-registry]
 
 The "remote" host is a second dockerd in a network namespace on this machine, reached over TCP
 through a veth pair (tests/support/netns_docker.py; needs root): it measures the TCP API path and
 the pool's own overhead, not a real network's latency. Prints the image's save/load time to the
-host, then per host: a sandbox's start (container, runner, probes) and close, and a grading-style
+host beside its copy through a registry (Debian's docker-registry here: the first host's push and
+pull, then a further host's pull alone; then the same for a second task's image over the same base),
+then per host: a sandbox's start (container, runner, probes) and close, and a grading-style
 ``run_once`` (one container start with its command), each through the pool (``HostSandbox``).
 Then ``--rollouts`` scripted gold-patch trajectories of one demo task, graded, all at once: on the
 local daemon alone, then spread over both (half the places each). Both daemons share this machine's
@@ -17,6 +19,7 @@ containers' CPU work would be spread too.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -25,6 +28,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from docker.errors import ImageNotFound  # noqa: E402
 
 from swerl.agent.chat_format import ChatFormat  # noqa: E402
 from swerl.agent.loop import AgentConfig  # noqa: E402
@@ -38,6 +43,7 @@ from swerl.grading.grader import GradingConfig  # noqa: E402
 from swerl.inference.scripted import ScriptedEngine, script_from_patch  # noqa: E402
 from swerl.rollout.runner import RolloutConfig, rollout  # noqa: E402
 from tests.support.netns_docker import netns_dockerd  # noqa: E402
+from tests.support.registry import RegistryUnavailable, local_registry  # noqa: E402
 
 LOCAL = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
 
@@ -63,6 +69,37 @@ def starts(url: str, image: str, n: int, run_id: str) -> tuple[list[float], list
             sb.close()
         once.append(time.perf_counter() - t)
     return started, once
+
+
+def copy_times(remote_url: str, image: str, sibling: str, subnet: str, work: Path) -> list[str]:
+    """Lines comparing the copies to the host: save/load against a registry (push + pull for the first host, pull
+    alone for each further one), for ``image`` and then for ``sibling``, another task's image over the same base
+    (the host and the registry have the base's layers by then). The host's copy is removed before each."""
+    from swerl.envs.image_registry import ImageRegistryConfig
+
+    host = docker_host(remote_url)
+
+    def timed(name: str, registry: ImageRegistryConfig | None) -> float:
+        with contextlib.suppress(ImageNotFound):
+            host.client().images.remove(name)
+        host.images.clear()
+        t = time.perf_counter()
+        ensure_image(host, name, registry)
+        return time.perf_counter() - t
+
+    lines = []
+    try:
+        with local_registry(work / "registry") as port:
+            registry = ImageRegistryConfig(address=f"{subnet}.1:{port}", push_address=f"127.0.0.1:{port}")
+            for what, name in (("the first image", image), ("a second task's image over the same base", sibling)):
+                saved = timed(name, None)
+                pushed = timed(name, registry)
+                pulled = timed(name, registry)
+                lines.append(f"{what}: save/load {saved:.1f} s per host; registry push + pull {pushed:.1f} s (first "
+                             f"host), pull alone {pulled:.1f} s (each further host); ratio pull/save-load {pulled / saved:.2f}x")
+    except RegistryUnavailable as e:
+        return [f"registry: not measured ({e})"]
+    return lines
 
 
 def rollout_wall(task, image: str, hosts: list[dict], n: int, work: Path, run_id: str) -> tuple[float, dict]:
@@ -92,17 +129,23 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--starts", type=int, default=10)
     ap.add_argument("--rollouts", type=int, default=8, help="Trajectories at once in the one- against two-host run (even).")
+    ap.add_argument("--no-registry", action="store_true", help="Skip the copy through a registry.")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="swerl-bench-hosts-"))
     demo = materialize_demo(work / "demo")
-    task = load_tasks(demo.tasks_file).tasks[0]
-    (outcome,) = ImageBuilder(ImageConfig(repos_dir=demo.repos_dir, log_dir=work / "builds")).build_all([task])
-    image, run_id = outcome.image, f"bench-hosts-{os.getpid()}"
+    task, other = load_tasks(demo.tasks_file).tasks[:2]
+    built = {o.instance_id: o.image for o in ImageBuilder(ImageConfig(repos_dir=demo.repos_dir, log_dir=work / "builds")
+                                                          ).build_all([task, other])}
+    image, sibling, run_id = built[task.instance_id], built[other.instance_id], f"bench-hosts-{os.getpid()}"
     with netns_dockerd(name="swerl-bench-host2", subnet="10.202.0") as remote:
         t = time.perf_counter()
         ensure_image(docker_host(remote.url), image)
         print(f"# sandbox start latency: local daemon vs a Docker host over TCP (image {image})\n")
         print(f"image save/load to the host: {time.perf_counter() - t:.1f} s (once per image and host)")
+        if not args.no_registry:
+            print("\n# the copy of an image to a host: save/load against a registry (Debian's docker-registry here)")
+            for line in copy_times(remote.url, image, sibling, "10.202.0", work):
+                print(line)
         try:
             for url in (LOCAL, remote.url):
                 starts(url, image, 1, run_id)  # warm: python and activation probes are cached per image

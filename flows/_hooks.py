@@ -20,10 +20,11 @@ def _field(value: Any, name: str) -> Any:
 
 
 def reap_run_containers(flow: Any, flow_run: Any, state: Any) -> None:
-    """Remove this run's sandboxes, and any whose owner process died (a crashed worker), on the local daemon
-    and every Docker host of the run's sandbox pools."""
+    """Remove this run's sandboxes, and any whose owner process died (a crashed worker), on the local daemon,
+    every Docker host of the run's sandbox pools and every Kubernetes namespace its sandboxes use."""
     from swerl.envs.docker_hosts import hosts_in
     from swerl.envs.docker_sandbox import reap_containers
+    from swerl.envs.k8s_sandbox import kube_configs_in, reap_pods
 
     params = getattr(flow_run, "parameters", None) or {}
     name = _field(params.get("params") or {}, "name")
@@ -33,6 +34,8 @@ def reap_run_containers(flow: Any, flow_run: Any, state: Any) -> None:
         if label:
             reap_containers(run_id=label, hosts=hosts)
         reap_containers(hosts=hosts)
+        for kube in kube_configs_in(params):
+            reap_pods(kube, run_id=label)
     except Exception as e:  # noqa: BLE001 - a hook must not mask the state it reacts to
         print(f"sandbox clean-up failed: {type(e).__name__}: {e}")
 

@@ -142,12 +142,20 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
     Args:
         params: The tasks, the starting model and every stage's settings; `name` names the run folder and MLflow run.
     """
+    from swerl.stages.policy_server import policy_server
+
+    inputs = prepare_inputs(params)
+    # sampler.serve: one vLLM server for the whole run, on the starting policy; stopped at the end, on failure too
+    with policy_server(params, inputs["model"], params.run_dir) as params:
+        return _pipeline(params, inputs)
+
+
+def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
     from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_progress_artifact
     from prefect.artifacts import create_table_artifact, update_progress_artifact
 
     run_dir = params.run_dir
     ledger = Ledger(run_dir)
-    inputs = prepare_inputs(params)
     tasks, eval_tasks = Path(inputs["tasks"]), Path(inputs["eval_tasks"])
     repos = Path(inputs["repos"]) if inputs["repos"] else None
     label = container_label(params.name)

@@ -2,9 +2,11 @@
 
 What runs where: this process (the rollout or grading worker) places each sandbox, talks to
 every host's daemon over its URL (``tcp://host:2375``, ``ssh://``, ``unix://``) and holds the
-images: they are built on the local daemon and streamed to a host (``docker save`` here,
-``docker load`` there, through the SDK) before its first sandbox of that image, once per image
-and host, skipped when the host already has the same image id. The hosts only run containers.
+images: they are built on the local daemon and made available on a host before its first sandbox
+of that image, once per image and host, skipped when the host already has the same image id:
+streamed (``docker save`` here, ``docker load`` there, through the SDK), or with ``registry`` set
+pushed once to a registry and pulled by each host (``swerl.envs.image_registry``). The hosts only
+run containers.
 
 Placement: a sandbox goes to the healthy host with the lowest ``live / max_concurrency`` (the
 earlier host on a tie); when every healthy host is full, the start waits. Sandboxes count
@@ -31,10 +33,12 @@ from docker.errors import DockerException, ImageNotFound
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from requests.exceptions import RequestException
 
+from swerl.envs.configs_in import configs_in
 from swerl.envs.docker_client import docker_client
 from swerl.envs.docker_config import DockerSandboxConfig
 from swerl.envs.docker_reaper import remember_host
 from swerl.envs.docker_sandbox import DockerSandbox
+from swerl.envs.image_registry import ImageRegistryConfig, pull_as, push_once
 from swerl.envs.sandbox import ExecResult, HostLost, SandboxError
 
 T = TypeVar("T")
@@ -64,6 +68,8 @@ class DockerHostsConfig(BaseModel):
                                "of placement before it is tried again.")
     place_timeout_s: float = Field(3600.0, gt=0, le=86400, description="How long a start waits for room on a healthy "
                                    "host before it fails as an infrastructure error.")
+    registry: ImageRegistryConfig | None = Field(None, description="Images go to the hosts through this registry (pushed "
+                                                 "once, pulled by each host); None: docker save here, docker load there.")
 
     @model_validator(mode="after")
     def _distinct_hosts(self) -> DockerHostsConfig:
@@ -94,7 +100,7 @@ class DockerHost:
     live: int = 0
     unhealthy_until: float = 0.0
     images: dict[str, str] = field(default_factory=dict)  # image -> id known to be there
-    transfers: list[tuple[str, float]] = field(default_factory=list)  # (image, seconds) of every save/load
+    transfers: list[tuple[str, float]] = field(default_factory=list)  # (image, seconds) of every save/load or pull
     _image_locks: dict[str, threading.Lock] = field(default_factory=dict)
     _local: threading.local = field(default_factory=threading.local)
 
@@ -165,9 +171,9 @@ def mark_unhealthy(host: DockerHost, seconds: float) -> None:
         _placing.notify_all()
 
 
-def ensure_image(host: DockerHost, image: str) -> None:
-    """Make ``image`` available on ``host`` (streamed from the local daemon unless the host has its id); once per
-    image and host in this process, whatever the threads asking."""
+def ensure_image(host: DockerHost, image: str, registry: ImageRegistryConfig | None = None) -> None:
+    """Make ``image`` available on ``host`` (streamed from the local daemon, or through ``registry``, unless the host
+    has its id); once per image and host in this process, whatever the threads asking."""
     local = docker_client()
     try:
         want = local.images.get(image).id
@@ -188,12 +194,16 @@ def ensure_image(host: DockerHost, image: str) -> None:
                                "(`swerl images build`)")
         if want is not None and have != want:
             start = time.monotonic()
-            for message in remote.api.load_image(local.api.get_image(image, chunk_size=1 << 20)):
-                if isinstance(message, dict) and message.get("error"):
-                    raise SandboxError(f"loading {image} on {host.url} failed: {message['error']}")
-            have = remote.images.get(image).id
+            if registry is not None:
+                push_once(local, image, want, registry)
+                have = pull_as(remote, host.url, image, registry)
+            else:
+                for message in remote.api.load_image(local.api.get_image(image, chunk_size=1 << 20)):
+                    if isinstance(message, dict) and message.get("error"):
+                        raise SandboxError(f"loading {image} on {host.url} failed: {message['error']}")
+                have = remote.images.get(image).id
             if have != want:
-                raise SandboxError(f"{image} loaded on {host.url} has id {have}, not the local {want}")
+                raise SandboxError(f"{image} copied to {host.url} has id {have}, not the local {want}")
             host.transfers.append((image, time.monotonic() - start))
         host.images[image] = have
 
@@ -248,7 +258,7 @@ class HostSandbox:
             mark_unhealthy(self._host, self.config.unhealthy_s)
             release(self._host)
             self._host = None
-        ensure_image(self._host, self.image)
+        ensure_image(self._host, self.image, self.config.registry)
         self._inner = DockerSandbox(self.image, self.config.container, base_commit=self._base_commit,
                                     preload=self._preload, client=self._host.client())
         return self._inner
@@ -338,25 +348,7 @@ def on_agents_pool(agent_sandbox: object, grading_sandbox: T) -> DockerHostsConf
 def hosts_in(value: Any) -> list[str]:
     """The URL of every Docker host named by a ``docker_hosts`` sandbox config anywhere in ``value`` (a config
     model, or flow parameters as models, dicts and lists): what a reap of that run must cover."""
-    found: dict[str, None] = {}
-
-    def walk(v: Any) -> None:
-        if isinstance(v, BaseModel):
-            if isinstance(v, DockerHostsConfig):
-                found.update((h.url, None) for h in v.hosts)
-                return
-            v = {name: getattr(v, name, None) for name in type(v).model_fields}
-        if isinstance(v, dict):
-            if v.get("kind") == "docker_hosts":
-                found.update((h["url"], None) for h in v.get("hosts") or [] if isinstance(h, dict) and "url" in h)
-            for item in v.values():
-                walk(item)
-        elif isinstance(v, (list, tuple)):
-            for item in v:
-                walk(item)
-
-    walk(value)
-    return list(found)
+    return list(dict.fromkeys(h.url for config in configs_in(value, DockerHostsConfig) for h in config.hosts))
 
 
 __all__ = ["DockerHost", "DockerHostConfig", "DockerHostsConfig", "HostSandbox", "docker_host", "ensure_image",

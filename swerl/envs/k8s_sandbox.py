@@ -20,8 +20,10 @@ import shlex
 import socket
 import threading
 import uuid
+from typing import Any
 
 from swerl.envs import labels
+from swerl.envs.configs_in import configs_in
 from swerl.envs.docker_reaper import _pid_alive
 from swerl.envs.container_files import (PYTHON_PROBE, activation_spec, found_python, probed_activation, runner_source,
                                        tar_of)
@@ -270,4 +272,10 @@ def reap_pods(config: KubernetesSandboxConfig, *, run_id: str | None = None, eve
     return removed
 
 
-__all__ = ["KubernetesSandbox", "KubernetesSandboxConfig", "reap_pods", "running_pods"]
+def kube_configs_in(value: Any) -> list[KubernetesSandboxConfig]:
+    """Every distinct ``kubernetes`` sandbox config anywhere in ``value`` (a config model, or flow parameters as
+    models, dicts and lists): the clusters and namespaces a reap of that run must cover."""
+    return configs_in(value, KubernetesSandboxConfig)
+
+
+__all__ = ["KubernetesSandbox", "KubernetesSandboxConfig", "kube_configs_in", "reap_pods", "running_pods"]

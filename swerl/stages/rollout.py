@@ -23,7 +23,8 @@ from swerl.envs.docker_hosts import on_agents_pool
 from swerl.envs.factory import SandboxConfig, environment_kind
 from swerl.eval.report import EvalReport, build_report
 from swerl.inference.base import SamplingConfig
-from swerl.inference.config import EngineConfig, EngineKind, HFEngineConfig, OpenAIEngineConfig, ScriptedEngineConfig, VLLMEngineConfig
+from swerl.inference.config import (EngineConfig, EngineKind, HFEngineConfig, OpenAIEngineConfig, ScriptedEngineConfig, VLLMEngineConfig,
+                                   VLLMServeConfig)
 from swerl.rollout.runner import RolloutSummary, agent_sandbox
 from swerl.rollout.store import TrajectoryStore
 from swerl.stages.errors import InfraFailureRate, StageInputError
@@ -41,6 +42,8 @@ class SamplerConfig(BaseModel):
     base_url: str | None = Field(None, description="OpenAI-compatible server for engine openai, e.g. http://127.0.0.1:8000/v1. "
                                  "A stage whose model is a checkpoint folder reloads it into the server first, unless the "
                                  "server already serves it as the stage's policy version (serve_vllm's servers can).")
+    serve: VLLMServeConfig | None = Field(None, description="Engine openai without base_url: the pipeline starts this vLLM "
+                                          "server once for the run, on its starting policy, and stops it at the end.")
     served_model: str | None = Field(None, min_length=1, max_length=512, description="Engine openai: the name the server "
                                      "serves the policy under (its --served-model-name); None: the only model it lists.")
     torch_threads: int | None = Field(None, ge=1, le=1024, description="Engine hf on CPU: torch threads of its decoding "
@@ -64,6 +67,13 @@ class SamplerConfig(BaseModel):
         description="Most share of the stage's (task, sample) pairs that may fail for infrastructure (the sandbox "
         "never started, or grading's sandbox failed); above it the stage raises InfraFailureRate (retryable), and "
         "its rerun redoes only those pairs. 0: any such failure fails the stage.")
+
+    @model_validator(mode="after")
+    def _one_server(self) -> SamplerConfig:
+        if self.serve is not None and (self.engine != "openai" or self.base_url):
+            raise ValueError(f"serve starts a vLLM server for engine openai: it needs engine openai (not {self.engine}) and no "
+                             f"base_url (given: {self.base_url!r}); give either serve or base_url")
+        return self
 
     @model_validator(mode="after")
     def _one_reply_cap(self) -> SamplerConfig:
@@ -192,7 +202,9 @@ def _engine_config(stage: RolloutStage) -> EngineConfig:
         return VLLMEngineConfig(model=stage.model, max_model_len=max_context)
     if sampler.engine == "openai":
         if not sampler.base_url:
-            raise StageInputError("engine openai needs base_url (--base-url), e.g. http://127.0.0.1:8000/v1")
+            raise StageInputError("engine openai needs base_url (--base-url), e.g. http://127.0.0.1:8000/v1" + (
+                "; sampler.serve is started by the pipeline flow, which hands its stages the base_url: a stage run alone "
+                "takes a running server's" if sampler.serve else ""))
         served = sampler.served_model or (served_model_name(sampler.base_url) if reloads_checkpoint(stage) else stage.model)
         return OpenAIEngineConfig(base_url=sampler.base_url, model=served, max_context=max_context)
     scripted = ScriptedEngineConfig(demo=sampler.demo, give_up=sampler.demo_give_up)

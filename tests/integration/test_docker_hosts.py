@@ -86,6 +86,65 @@ def test_an_image_goes_to_a_host_once_however_many_ask(host2, image):
     assert len(remote.transfers) == 1 and docker_host(LOCAL).transfers == []
 
 
+@pytest.fixture(scope="module")
+def registry(host2, tmp_path_factory):
+    """A plain-HTTP registry here: this daemon pushes over loopback, the namespaced host pulls over the veth."""
+    from swerl.envs.image_registry import ImageRegistryConfig
+    from tests.support.registry import RegistryUnavailable, local_registry
+
+    try:
+        with local_registry(tmp_path_factory.mktemp("registry")) as port:
+            yield ImageRegistryConfig(address=f"{host2.subnet}.1:{port}", push_address=f"127.0.0.1:{port}")
+    except RegistryUnavailable as e:
+        pytest.skip(str(e))
+
+
+def test_through_a_registry_an_image_is_pushed_once_and_pulled_under_its_own_name(host2, image, registry):
+    import httpx
+
+    from swerl.envs.image_registry import registry_repository
+
+    remote = docker_host(host2.url)
+    remote.client().images.remove(image)  # the save/load test put it there
+    remote.images.clear()
+    before = len(remote.transfers)
+    threads = [threading.Thread(target=ensure_image, args=(remote, image, registry)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(f"\nimage {image} pulled by {host2.url} through {registry.address} in {remote.transfers[-1][1]:.1f}s (push included)")
+    assert [name for name, _ in remote.transfers[before:]] == [image]
+    assert remote.client().images.get(image).id == docker_host(LOCAL).client().images.get(image).id
+    repo, tag = registry_repository(image, "swerl")
+    api = f"http://{registry.push_address}/v2"
+    assert httpx.get(f"{api}/_catalog").json()["repositories"] == [repo]
+    assert httpx.get(f"{api}/{repo}/tags/list").json()["tags"] == [tag]
+    # neither daemon keeps the registry's name: the image is known by its own
+    for url in (LOCAL, host2.url):
+        tags = docker_host(url).client().images.get(image).tags
+        assert image in tags and not [t for t in tags if t.startswith(registry.address) or t.startswith(registry.push_address)]
+    with HostSandbox(image, DockerHostsConfig(hosts=[{"url": host2.url}], registry=registry,
+                                              container=DockerSandboxConfig(run_id=RUN_ID))) as sb:
+        assert sb.exec("echo $((6 * 7))").output.strip() == "42"
+    assert len(remote.transfers) == before + 1
+
+
+def test_an_unreachable_registry_fails_the_copy_naming_it(host2, image):
+    from swerl.envs.image_registry import ImageRegistryConfig
+    from swerl.inference.vllm_server import free_port
+
+    dead = ImageRegistryConfig(address=f"{host2.subnet}.1:{free_port()}", push_address=f"127.0.0.1:{free_port()}")
+    remote = docker_host(host2.url)
+    remote.client().images.remove(image)
+    remote.images.clear()
+    try:
+        with pytest.raises(SandboxError, match=f"pushing {image} to the registry {dead.push_address} failed"):
+            ensure_image(remote, image, dead)
+    finally:
+        ensure_image(remote, image)  # save/load: the next tests use the image there
+
+
 def test_sandboxes_go_to_the_least_loaded_host_within_each_bound(host2, image):
     config = pool(host2, local_max=1, remote_max=2, place_timeout_s=1)
     sandboxes = [make_sandbox(config, image) for _ in range(3)]

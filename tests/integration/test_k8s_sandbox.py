@@ -164,3 +164,66 @@ def test_each_sandbox_owns_its_api_client_and_closes_it(fake, image, run_id):
         assert a._api is not b._api and a._api.rest_client.pool_manager is not b._api.rest_client.pool_manager
         assert sorted(running_pods(a.config, run_id)) == sorted([a.pod_name, b.pod_name])
     assert len(a._api.rest_client.pool_manager.pools) == 0  # closed: its connections are gone
+
+
+def _left_pods(fake: FakeKubeAPI, cfg: KubernetesSandboxConfig, run_id: str) -> None:
+    """A crashed run's pod (dead owner), a live run's pod and someone else's pod, all pending."""
+    fake.hold_pending = True
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    orphan = pod_manifest(cfg, "orphan", "img")
+    orphan["metadata"]["labels"].update({"swerl.owner_pid": str(dead.pid), "swerl.run_id": "other"})
+    live = pod_manifest(cfg, "live", "img")
+    foreign = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "not-swerls", "labels": {"app": "web"}},
+               "spec": live["spec"]}
+    with session(cfg) as api:
+        for pod in (orphan, live, foreign):
+            client.CoreV1Api(api).create_namespaced_pod("t", pod)
+
+
+def test_swerl_sandbox_reap_deletes_left_pods_in_the_namespaces_it_is_given(fake, run_id, monkeypatch):
+    from typer.testing import CliRunner
+
+    import swerl.envs.docker_sandbox
+    from swerl.cli import app
+
+    # the local daemon is shared with other work: its part of the command is not what this test is about
+    monkeypatch.setattr(swerl.envs.docker_sandbox, "reap_containers", lambda **kw: [])
+    _left_pods(fake, config(fake, run_id), run_id)
+    args = ["sandbox", "reap", "--kube-namespace", "t", "--kube-api-server", fake.url]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "removed 1 pod(s) in namespace t" in result.output
+    assert sorted(name for _, name in fake.pods) == ["live", "not-swerls"]
+    result = CliRunner().invoke(app, args + ["--all"])
+    assert result.exit_code == 0 and "removed 1 pod(s) in namespace t" in result.output, result.output
+    assert [name for _, name in fake.pods] == ["not-swerls"]
+
+
+def test_swerl_sandbox_reap_names_an_unreachable_cluster(run_id, monkeypatch):
+    from typer.testing import CliRunner
+
+    import swerl.envs.docker_sandbox
+    from swerl.cli import app
+    from swerl.inference.vllm_server import free_port
+
+    monkeypatch.setattr(swerl.envs.docker_sandbox, "reap_containers", lambda **kw: [])
+    result = CliRunner().invoke(app, ["sandbox", "reap", "--kube-namespace", "t", "--kube-api-server",
+                                      f"http://127.0.0.1:{free_port()}"])
+    assert result.exit_code == 1 and "namespace t:" in result.output, result.output
+
+
+def test_a_cancelled_flows_hook_deletes_its_pods(fake, run_id, monkeypatch):
+    from types import SimpleNamespace
+
+    import swerl.envs.docker_sandbox
+    from flows._hooks import container_label, reap_run_containers
+
+    monkeypatch.setattr(swerl.envs.docker_sandbox, "reap_containers", lambda **kw: [])
+    name = f"k8s-{run_id}"[:40]
+    cfg = config(fake, container_label(name))
+    _left_pods(fake, cfg, run_id)
+    # flow-run parameters arrive in their JSON form: the sandbox config is found in them, wherever it is
+    params = {"params": {"name": name, "sampler": {"sandbox": cfg.model_dump(mode="json")}}}
+    reap_run_containers(None, SimpleNamespace(parameters=params), None)
+    assert [name for _, name in fake.pods] == ["not-swerls"]  # the run's own and the orphan; never someone else's

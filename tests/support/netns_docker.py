@@ -5,7 +5,8 @@
         host.start()                     # and comes back (same data root)
 
 Set-up: ``ip netns add``, a veth pair (10.201.0.1/24 here, 10.201.0.2/24 inside), then ``dockerd -H
-tcp://10.201.0.2:2375`` with its own data and exec roots, no bridge and no iptables rules, started in
+tcp://10.201.0.2:2375`` with its own data and exec roots, no bridge and no iptables rules, trusting a
+plain-HTTP registry on 10.201.0.0/24 (``--insecure-registry``: the other end of the veth), started in
 the namespace with ``nsenter --net`` (``ip netns exec`` remounts /sys, which some sandboxes refuse).
 Tear-down stops the daemon, ends what it started (its containerd and shims, found by its exec root),
 unmounts and removes its roots and deletes the namespace. One session at a time holds a name (a lock
@@ -98,7 +99,9 @@ class NetnsDockerd:
         self.process = subprocess.Popen(
             ["nsenter", f"--net=/run/netns/{self.name}", "dockerd", "-H", self.url, "--data-root", str(self.data_root),
              "--exec-root", str(self.exec_root), "--pidfile", str(self.exec_root / "dockerd.pid"), "--bridge=none",
-             "--iptables=false", "--tls=false"],  # explicit: no 15 s start-up warning delay
+             "--iptables=false", "--tls=false",  # explicit: no 15 s start-up warning delay
+             # a plain-HTTP registry on this machine's side of the veth (tests/support/registry.py)
+             "--insecure-registry", f"{self.subnet}.0/24"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         deadline = time.monotonic() + wait_s

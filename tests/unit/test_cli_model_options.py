@@ -15,7 +15,7 @@ from swerl.rl.rewards import RewardConfig
 
 # fields one flag cannot carry, or that another option sets (why: swerl/cli/rollout.py)
 NOT_OPTIONS = {
-    "sampler": {"agent", "sampling", "sandbox"},  # their own groups
+    "sampler": {"agent", "sampling", "sandbox", "serve"},  # their own groups; serve is the pipeline's (a stage takes --base-url)
     "agent": set(),
     "sampling": {"max_new_tokens", "seed"},  # agent.max_new_tokens and the stage's --seed
     "sandbox": {"kind", "run_id"},

@@ -63,6 +63,7 @@ ALLOWED: dict[str, dict[str, set[str]]] = {
         "the pipeline's starting policy; None creates the tiny model": {"PipelineParams"},
         "the weights an engine serves: a folder or hub id (openai: the served name)": {
             "HFEngineConfig", "OpenAIEngineConfig", "VLLMEngineConfig"},
+        "the folder a pipeline's policy server starts on; None: the pipeline's starting policy": {"VLLMServeConfig"},
     },
     "out": {
         "a run folder the caller names": {"DAPOStage", "GradeParams", "RFTStage", "RolloutParams", "RolloutStage",
@@ -76,7 +77,7 @@ ALLOWED: dict[str, dict[str, set[str]]] = {
         "DAPO's group size G: a group advantage needs two": {"DAPOParams"},
     },
     "dtype": {
-        "an engine's compute dtype (float16 serves well)": {"HFEngineConfig", "VLLMEngineConfig"},
+        "an engine's compute dtype (float16 serves well)": {"HFEngineConfig", "VLLMEngineConfig", "VLLMServeConfig"},
         "the trainer's compute dtype (no float16: there is no loss scaling)": {
             "TrainParams", "TrainSettings", "TrainerConfig", "TrainerSettings"},
     },

@@ -67,3 +67,27 @@ def test_hosts_in_finds_every_pool_in_flow_parameters():
               "eval": [DockerHostsConfig(hosts=[{"url": "tcp://q:1"}, {"url": "ssh://u@r"}])]}
     assert hosts_in(params) == ["tcp://p:1", "tcp://q:1", "ssh://u@r"]
     assert hosts_in({"sandbox": {"kind": "docker"}}) == []
+
+
+def test_a_registry_keeps_an_images_path_and_tag_under_its_namespace():
+    from swerl.envs.image_registry import registry_repository
+
+    assert registry_repository("swerl-instance:swerl-demo__csvlite-1-e6", "swerl") == ("swerl/swerl-instance", "swerl-demo__csvlite-1-e6")
+    assert registry_repository("org/name", "ns") == ("ns/org/name", "latest")
+    # a registry host in the name is dropped: the image goes to this registry whatever its origin
+    assert registry_repository("quay.io/org/name:1", "swerl") == ("swerl/org/name", "1")
+    assert registry_repository("localhost:5000/name:2", "swerl") == ("swerl/name", "2")
+
+
+def test_the_registry_setting_is_checked_where_it_is_given():
+    from pydantic import ValidationError
+
+    from swerl.envs.image_registry import ImageRegistryConfig
+
+    config = DockerHostsConfig(hosts=[{"url": "tcp://p:1"}], registry={"address": "10.0.0.5:5000", "push_address": "127.0.0.1:5000"})
+    assert (config.registry.address, config.registry.pusher, config.registry.repository_prefix) == ("10.0.0.5:5000", "127.0.0.1:5000", "swerl")
+    assert ImageRegistryConfig(address="registry.lan").pusher == "registry.lan"
+    for bad in ({"address": "http://10.0.0.5:5000"}, {"address": "10.0.0.5:5000/path"}, {"address": "r:1", "repository_prefix": "Up"}):
+        with pytest.raises(ValidationError):
+            ImageRegistryConfig(**bad)
+

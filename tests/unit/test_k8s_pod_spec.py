@@ -138,3 +138,13 @@ def test_what_counts_as_retriable():
         ApiException(status=0, reason="Failed to parse `now` as datetime object"), ApiException(status=409),
         ApiException(status=0, reason="Handshake status 403 Forbidden"), ValueError("no"))] == [
         True, True, True, False, False, False, False]
+
+
+def test_kube_configs_in_finds_every_kubernetes_sandbox_in_flow_parameters():
+    from swerl.envs.k8s_sandbox import KubernetesSandboxConfig, kube_configs_in
+
+    a = KubernetesSandboxConfig(namespace="a", api_server="https://k:6443")
+    params = {"sampler": {"sandbox": a.model_dump(mode="json")}, "rft": {"sampler": {"sandbox": {"kind": "docker"}}},
+              "eval": [a, KubernetesSandboxConfig(namespace="b")], "broken": {"kind": "kubernetes", "namespace": "Not Valid"}}
+    assert [(c.namespace, c.api_server) for c in kube_configs_in(params)] == [("a", "https://k:6443"), ("b", None)]
+    assert kube_configs_in({"sandbox": {"kind": "docker"}}) == []
