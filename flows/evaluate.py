@@ -10,6 +10,7 @@ from typing import Any
 from prefect import flow
 
 from flows._hooks import HOOKS
+from swerl.orchestration.artifact_keys import artifact_key
 from swerl.orchestration.inputs import task_inputs
 from swerl.orchestration.metrics import eval_metrics, prefixed
 from swerl.orchestration.params import EvaluateParams
@@ -75,7 +76,7 @@ def evaluate_stage(params: EvaluateParams = EvaluateParams(), parent_run_id: str
         promoted = tr.promote(params.tracking, policy["registered_version"], report["pass_at_1"], force=params.force_promote)
     tr.finish_run(params.tracking, run_id, summary={"eval": report, "checkpoint": policy["path"], "promoted": promoted})
     rows = [{"k": int(k), "pass_at_k": round(v, 4)} for k, v in sorted(report["pass_at_k"].items(), key=lambda kv: int(kv[0]))]
-    create_table_artifact(key=f"eval-{_label(label).lower()}"[:60], table=rows,
+    create_table_artifact(key=artifact_key("eval", _label(label)), table=rows,
                           description=f"Pass@k of {params.model} on {tasks} ({report['runs']} runs per task)")
     create_markdown_artifact(
         key="evaluation", description="Latest evaluation",

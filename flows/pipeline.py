@@ -20,6 +20,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows._hooks import HOOKS, container_label
+from swerl.orchestration.artifact_keys import artifact_key
 from flows.evaluate import evaluate_stage
 from flows.train_iteration import train_iteration
 from swerl.orchestration.follow import STAGE_LOGGER
@@ -162,9 +163,9 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
     parent = tr.pipeline_run(params.tracking, params.name, _flat(params))
     parent_id = parent["run_id"]
     if parent["url"]:
-        create_link_artifact(key=f"mlflow-{params.name}".lower()[:60], link=parent["url"], link_text=f"MLflow: pipeline {params.name}",
+        create_link_artifact(key=artifact_key("mlflow", params.name), link=parent["url"], link_text=f"MLflow: pipeline {params.name}",
                              description="The pipeline's MLflow parent run")
-    create_markdown_artifact(key=f"lineage-{params.name}".lower()[:60], description="Where this pipeline's records are",
+    create_markdown_artifact(key=artifact_key("lineage", params.name), description="Where this pipeline's records are",
                              markdown=f"MLflow parent run `{parent_id}` (experiment {parent['experiment_id']}, tracking "
                                       f"`{params.tracking.tracking_uri or 'default'}`); run folder `{run_dir}`; "
                                       f"stage ledger `{ledger.path}`")
@@ -172,7 +173,7 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
     stages = stage_plan(params)
     plan = ["images"] + (["validate"] if params.validate_runs else []) + [s.name for s in stages]
     progress_id = create_progress_artifact(progress=100.0 * len([s for s in plan if ledger.get(s)]) / len(plan),
-                                           key=f"progress-{params.name}".lower()[:60], description=f"Stages of {params.name}")
+                                           key=artifact_key("progress", params.name), description=f"Stages of {params.name}")
     rows: list[dict[str, Any]] = []
     facts: list[StageFacts] = []
 
@@ -200,7 +201,7 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
         return done
 
     def table() -> None:
-        create_table_artifact(key=f"metrics-{params.name}".lower()[:60], table=table_rows(rows),
+        create_table_artifact(key=artifact_key("metrics", params.name), table=table_rows(rows),
                               description=f"Per-stage metrics of pipeline {params.name} (Pass@1 over {params.eval.runs} runs)")
 
     # every task file the pipeline samples: training, held-out evaluation, warm-up
@@ -306,7 +307,7 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
 
     curve = plot_curve(params.tracking, parent_id, rows, run_dir / "pass_at_1.png", f"pipeline {params.name}")
     where = where_to_look(run_dir, parent["url"] or parent_id, params.name)
-    create_markdown_artifact(key=f"summary-{params.name}".lower()[:60], description=f"What pipeline {params.name} did, in words",
+    create_markdown_artifact(key=artifact_key("summary", params.name), description=f"What pipeline {params.name} did, in words",
                              markdown=summary_markdown(params.name, facts, where))
     story = summary_lines(params.name, facts, where)
     summary = {"name": params.name, "run_dir": str(run_dir), "mlflow_run_id": parent_id, "mlflow_url": parent["url"],

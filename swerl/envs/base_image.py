@@ -80,7 +80,7 @@ def _from_registry(python: str, tag: str, out) -> None:
     image = f"python:{python}-slim"
     out.write(f"pulling {image}\n")
     try:
-        client.images.pull(f"python", tag=f"{python}-slim")
+        client.images.pull("python", tag=f"{python}-slim")
     except (APIError, NotFound) as e:
         raise BaseImageError(f"cannot pull {image}: {e.explanation if hasattr(e, 'explanation') else e}") from e
     dockerfile = (

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from swerl.agent.trajectory import Trajectory
+from swerl.orchestration.artifact_keys import artifact_key
 
 SET_NAMES = {"train": "training", "eval": "evaluation", "warm": "warm-up"}
 SCRIPTED = "the scripted policy (gold-patch replays)"
@@ -259,7 +260,7 @@ def where_to_look(run_dir: Path, mlflow_run: str, name: str) -> list[str]:
             f"{run_dir}/rft/rollout/trajectories, {run_dir}/iter-<k>/rollout/trajectories",
             f"stage ledger {run_dir}/ledger.json; validation reports {run_dir}/validation*.json",
             f"MLflow: parent run {mlflow_run} and a child run per stage",
-            f"Prefect: this flow run's artifacts summary-{name.lower()} and metrics-{name.lower()}, and a subflow run per "
+            f"Prefect: this flow run's artifacts {artifact_key('summary', name)} and {artifact_key('metrics', name)}, and a subflow run per "
             "stage (eval-start, rft, iter-1, ...)"]
 
 
