@@ -64,6 +64,7 @@ class _FusedHead(torch.autograd.Function):
                 logprobs[s:s + chunk_size] = target - logz[s:s + chunk_size]
                 # H = -sum p log p with p = e / total: log(total) + sum(-e log e) / total
                 entropy[s:s + chunk_size] = log_total + torch.special.entr(e, out=e).sum(1) / total
+                del z, e  # before the next chunk's logits exist, not after
         ctx.save_for_backward(h, weight, targets, logz)
         ctx.temperature, ctx.chunk_size, ctx.dtype, ctx.hidden_dtype = temperature, chunk_size, dtype, hidden.dtype
         ctx.mark_non_differentiable(entropy)  # a reported metric, never trained on
@@ -96,6 +97,7 @@ class _FusedHead(torch.autograd.Function):
                         grad_w.addmm_(g.T, h[s:s + c])
                     else:
                         grad_w.add_(g.T @ h[s:s + c])
+                del logits, g
         return (grad_h.to(ctx.hidden_dtype) if need_h else None, grad_w.to(weight.dtype) if need_w else None,
                 None, None, None, None)
 
