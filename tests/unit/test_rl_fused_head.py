@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from swerl.rl.logprobs import action_logprobs_and_entropy
 from swerl.rl.logprobs_reference import checkpointed_action_logprobs_and_entropy
+from swerl.util.memory import peak_allocated_bytes
 
 H, V = 16, 512
 POSITIONS = torch.tensor([0, 2, 3, 5] + list(range(7, 40)))  # 37 of 40 rows (1, 4, 6 skipped): no chunk size below but 1 and 37 divides 37
@@ -120,20 +120,9 @@ def test_bad_arguments_are_named():
 # --- memory ----------------------------------------------------------------------------------
 
 
-def peak_bytes(fn) -> int:
-    """Peak of the CPU allocator's live bytes while ``fn`` runs, from torch.profiler's memory
-    events (every allocation and free, with its size): deterministic, unlike RSS."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    live = peak = 0
-    for _, nbytes in sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"):
-        live += nbytes
-        peak = max(peak, live)
-    return peak
-
-
 def step_peak(head, chunk: int, temperature: float, autocast: bool = False) -> int:
-    """Peak extra bytes of one forward + backward over 100 positions, inputs allocated beforehand."""
+    """Peak extra bytes of one forward + backward over 100 positions, inputs allocated beforehand
+    (replayed from torch.profiler's allocator events: deterministic)."""
     hidden, weight, targets = inputs(rows=100, hidden=8, vocab=8192)
     h, w = hidden.float().requires_grad_(), weight.float().requires_grad_()
     w.grad = torch.zeros_like(w)  # allocated beforehand: the backward accumulates into it
@@ -144,7 +133,7 @@ def step_peak(head, chunk: int, temperature: float, autocast: bool = False) -> i
             lp, _ = head(h, w, targets, positions, chunk, temperature)
         lp.sum().backward()
 
-    return peak_bytes(step)
+    return peak_allocated_bytes(step)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
