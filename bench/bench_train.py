@@ -19,7 +19,8 @@ Builds tiny random Qwen2 policies with a 32k vocabulary (``init_tiny``) in a tem
 3. times a DeepSpeed ZeRO-3 step (one process, gloo) against the torch backend on the same batch;
 4. the log-prob head, the previous one (``checkpointed``: plain ops under activation
    checkpointing, ``swerl.rl.logprobs_reference``) against the fused one side by side in one
-   run: (a) the head alone, forward + backward over n positions: time, peak extra memory
+   run, and the fused one with its per-chunk math through torch.compile (``compiled=True``,
+   ``TrainerConfig.logprob_compiled``): (a) the head alone, forward + backward over n positions: time, peak extra memory
    (CUDA allocator peak; on CPU the allocator's live bytes from torch.profiler's memory
    events), agreement of log-probs / entropy / gradients between the two, the fused head's
    bf16-autocast figures against its fp32 ones, and on CUDA the head's MFU, 6 x n x V x H
@@ -37,6 +38,7 @@ CPU figures are noisy on a shared machine: the load average is printed with each
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -295,7 +297,11 @@ def qwen_05b_config(vocab: int = 151936, hidden: int = 896, layers: int = 24, he
                        tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0})
 
 
-HEADS = {"checkpointed": checkpointed_action_logprobs_and_entropy, "fused": action_logprobs_and_entropy}
+HEADS = {"checkpointed": checkpointed_action_logprobs_and_entropy, "fused": action_logprobs_and_entropy,
+         "fused+compile": functools.partial(action_logprobs_and_entropy, compiled=True)}
+# the DAPO step with each head: (what replaces swerl.rl.logprobs.action_logprobs_and_entropy, logprob_compiled)
+STEP_HEADS = {"checkpointed": (lambda *args, compiled=False: checkpointed_action_logprobs_and_entropy(*args), False),
+              "fused": (action_logprobs_and_entropy, False), "fused+compile": (action_logprobs_and_entropy, True)}
 
 
 def sync(device: str) -> None:
@@ -332,6 +338,7 @@ def head_section(args, device: str, lengths: list[int], vocab: int, hidden_size:
         upstream = torch.randn(n, generator=g).to(device)
         results, peaks = {}, {}
         for name, head in HEADS.items():
+            head_run(head, hidden, weight, targets, upstream, args.chunk, autocast, device)  # compiles, if it does
             peaks[name] = peak_allocated_bytes(lambda: results.__setitem__(name, head_run(head, hidden, weight, targets, upstream,
                                                                                        args.chunk, autocast, device)), device)
         times = interleaved({name: (lambda head=head: head_run(head, hidden, weight, targets, upstream, args.chunk, autocast, device))
@@ -341,10 +348,12 @@ def head_section(args, device: str, lengths: list[int], vocab: int, hidden_size:
         for name in HEADS:
             sec = statistics.median(times[name])
             mfu = f"  head MFU {6 * n * vocab * hidden_size / sec / (args.peak_tflops * 1e12) * 100:5.1f}%" if cuda else ""
-            print(f"  {name:12s} {sec * 1e3:9.1f} ms  {n / sec:9.0f} positions/s  peak extra {peaks[name] / MIB:8.1f} MiB{mfu}")
-        old, new = (statistics.median(times[k]) for k in HEADS)
-        print(f"  fused / checkpointed: time x{new / old:.2f}, peak memory x{peaks['fused'] / peaks['checkpointed']:.2f}")
-        print(f"  fused vs checkpointed: {agreement(results['fused'], results['checkpointed'])}")
+            print(f"  {name:13s} {sec * 1e3:9.1f} ms  {n / sec:9.0f} positions/s  peak extra {peaks[name] / MIB:8.1f} MiB{mfu}")
+        old = statistics.median(times["checkpointed"])
+        for name in ("fused", "fused+compile"):
+            print(f"  {name} / checkpointed: time x{statistics.median(times[name]) / old:.2f}, "
+                  f"peak memory x{peaks[name] / peaks['checkpointed']:.2f}")
+            print(f"  {name} vs checkpointed: {agreement(results[name], results['checkpointed'])}")
         if autocast or not cuda:  # bf16 against fp32, the same fused head
             fp32 = head_run(action_logprobs_and_entropy, hidden, weight, targets, upstream, args.chunk, False, device)
             bf16 = results["fused"] if autocast else head_run(action_logprobs_and_entropy, hidden, weight, targets, upstream,
@@ -370,9 +379,9 @@ def step_section(args, work: Path, qwen_config, device: str, lengths: list[int])
           f"{'on' if args.gpu_checkpointing else 'off'}, chunk {args.chunk}")
     for n in lengths:
         seconds = {}
-        for head_name, head in HEADS.items():
+        for head_name, (head, compiled) in STEP_HEADS.items():
             trainer = make_trainer(model_dir, TrainerConfig(optimizer={"lr": 1e-6}, device=device, max_tokens_per_microbatch=n,
-                                                            logprob_chunk_size=args.chunk,
+                                                            logprob_chunk_size=args.chunk, logprob_compiled=compiled,
                                                             gradient_checkpointing=args.gpu_checkpointing))
             params = sum(p.numel() for p in trainer.policy.parameters())
             batch = make_batch([n], qwen_config.vocab_size)
@@ -397,9 +406,10 @@ def step_section(args, work: Path, qwen_config, device: str, lengths: list[int])
             sec = seconds[head_name] = statistics.median(times)
             mfu = f"MFU {6 * params * n / sec / (args.peak_tflops * 1e12) * 100:5.1f}% (6 x {params / 1e6:.0f}M params x tokens)" if cuda else ""
             peak = f"peak allocated {torch.cuda.max_memory_allocated() / 2**30:5.1f} GiB" if cuda else ""
-            print(f"{n:6d} tokens, {head_name:12s}: median {sec:7.2f} s  {n / sec:8.0f} tokens/s  {mfu}  {peak}")
-        if len(seconds) == 2:
-            print(f"{n:6d} tokens: fused / checkpointed step time x{seconds['fused'] / seconds['checkpointed']:.2f}")
+            print(f"{n:6d} tokens, {head_name:13s}: median {sec:7.2f} s  {n / sec:8.0f} tokens/s  {mfu}  {peak}")
+        for name in ("fused", "fused+compile"):
+            if name in seconds and "checkpointed" in seconds:
+                print(f"{n:6d} tokens: {name} / checkpointed step time x{seconds[name] / seconds['checkpointed']:.2f}")
     print()
 
 
