@@ -376,40 +376,42 @@ def step_section(args, work: Path, qwen_config, device: str, lengths: list[int])
     name = torch.cuda.get_device_name() if cuda else device
     print(f"### 4b. DAPO step on a random Qwen2 ({qwen_config.hidden_size} hidden, {qwen_config.num_hidden_layers} layers, "
           f"vocab {qwen_config.vocab_size}) on {name}{f', peak {args.peak_tflops} TFLOPS' if cuda else ''}, gradient checkpointing "
-          f"{'on' if args.gpu_checkpointing else 'off'}, chunk {args.chunk}")
+          f"{'on' if args.gpu_checkpointing else 'off'}, chunk {args.chunk}; the three trainers' steps interleaved")
     for n in lengths:
-        seconds = {}
-        for head_name, (head, compiled) in STEP_HEADS.items():
-            trainer = make_trainer(model_dir, TrainerConfig(optimizer={"lr": 1e-6}, device=device, max_tokens_per_microbatch=n,
-                                                            logprob_chunk_size=args.chunk, logprob_compiled=compiled,
-                                                            gradient_checkpointing=args.gpu_checkpointing))
-            params = sum(p.numel() for p in trainer.policy.parameters())
-            batch = make_batch([n], qwen_config.vocab_size)
-            if cuda:
-                torch.cuda.reset_peak_memory_stats()
-            times = []
-            try:
-                with mock.patch.object(logprobs_module, "action_logprobs_and_entropy", head):
-                    for i in range(args.gpu_steps + 1):
-                        t = time.perf_counter()
+        trainers, steps = {}, {}
+        batch = make_batch([n], qwen_config.vocab_size)
+        try:
+            for head_name, (head, compiled) in STEP_HEADS.items():
+                trainers[head_name] = make_trainer(model_dir, TrainerConfig(
+                    optimizer={"lr": 1e-6}, device=device, max_tokens_per_microbatch=n, logprob_chunk_size=args.chunk,
+                    logprob_compiled=compiled, gradient_checkpointing=args.gpu_checkpointing))
+
+                def step(trainer=trainers[head_name], head=head):
+                    with mock.patch.object(logprobs_module, "action_logprobs_and_entropy", head):
                         trainer.train_step(batch)
-                        sync(device)
-                        if i:  # the first is warm-up
-                            times.append(time.perf_counter() - t)
-            except torch.cuda.OutOfMemoryError:
-                print(f"{n:6d} tokens, {head_name}: out of GPU memory (peak allocated {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB)")
-                continue
-            finally:
+                    sync(device)
+
+                steps[head_name] = step
+            params = sum(p.numel() for p in trainers['fused'].policy.parameters())
+            times = interleaved(steps, args.gpu_steps)  # one warm-up step each, then rounds over the heads
+            peaks = {k: peak_allocated_bytes(fn, device) for k, fn in steps.items()} if cuda else {}
+        except torch.cuda.OutOfMemoryError:
+            print(f"{n:6d} tokens: out of GPU memory with {len(trainers)} trainers (peak allocated "
+                  f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB)")
+            continue
+        finally:
+            for trainer in trainers.values():
                 trainer.close()
-                del trainer
-                gc.collect()
-            sec = seconds[head_name] = statistics.median(times)
+            trainers.clear()
+            steps.clear()
+            gc.collect()
+        seconds = {k: statistics.median(v) for k, v in times.items()}
+        for head_name, sec in seconds.items():
             mfu = f"MFU {6 * params * n / sec / (args.peak_tflops * 1e12) * 100:5.1f}% (6 x {params / 1e6:.0f}M params x tokens)" if cuda else ""
-            peak = f"peak allocated {torch.cuda.max_memory_allocated() / 2**30:5.1f} GiB" if cuda else ""
+            peak = f"step's peak above resident {peaks[head_name] / 2**30:5.1f} GiB" if cuda else ""
             print(f"{n:6d} tokens, {head_name:13s}: median {sec:7.2f} s  {n / sec:8.0f} tokens/s  {mfu}  {peak}")
         for name in ("fused", "fused+compile"):
-            if name in seconds and "checkpointed" in seconds:
-                print(f"{n:6d} tokens: {name} / checkpointed step time x{seconds[name] / seconds['checkpointed']:.2f}")
+            print(f"{n:6d} tokens: {name} / checkpointed step time x{seconds[name] / seconds['checkpointed']:.2f}")
     print()
 
 
