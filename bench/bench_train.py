@@ -17,8 +17,19 @@ Builds tiny random Qwen2 policies with a 32k vocabulary (``init_tiny``) in a tem
    prints bytes per token, the marginal and fitted slopes and the ``V x T x 4`` bytes of one
    full fp32 logits tensor;
 3. times a DeepSpeed ZeRO-3 step (one process, gloo) against the torch backend on the same batch;
-4. on a GPU, tokens/s and model FLOPs utilisation (6 x params x tokens / time / peak) of a
-   ~0.5B Qwen2-shaped random model at ``--gpu-lengths``; on CPU it says so and skips.
+4. the log-prob head, the previous one (``checkpointed``: plain ops under activation
+   checkpointing, ``swerl.rl.logprobs_reference``) against the fused one side by side in one
+   run, and the fused one with its per-chunk math through torch.compile (``compiled=True``,
+   ``TrainerConfig.logprob_compiled``): (a) the head alone, forward + backward over n positions: time, peak extra memory
+   (CUDA allocator peak; on CPU the allocator's live bytes from torch.profiler's memory
+   events), agreement of log-probs / entropy / gradients between the two, the fused head's
+   bf16-autocast figures against its fp32 ones, and on CUDA the head's MFU, 6 x n x V x H
+   FLOPs (forward 2nVH, backward 4nVH; the backward's recomputed logits are not counted) /
+   time / ``--peak-tflops``; (b) the DAPO step with each head: tokens/s and model FLOPs
+   utilisation, 6 x params x tokens / step time / ``--peak-tflops``. On a GPU: a ~0.5B
+   Qwen2-shaped random model (vocab 151936, hidden 896) at ``--gpu-lengths``, bf16 autocast;
+   on CPU: a small random Qwen2 (vocab 32768, hidden 256) at ``--cpu-lengths`` in fp32, where
+   only the ratios mean something (no MFU).
 
 Ratios are against baselines measured in the same run; nothing is asserted about time.
 CPU figures are noisy on a shared machine: the load average is printed with each section.
@@ -27,6 +38,7 @@ CPU figures are noisy on a shared machine: the load average is printed with each
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -38,6 +50,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache/swerl/torch_extensions"))  # before deepspeed loads
 
@@ -46,9 +59,13 @@ import torch
 import torch.nn.functional as F
 
 from swerl.models.tiny import TinyModelConfig, init_tiny
+import swerl.rl.logprobs as logprobs_module
+from swerl.rl.logprobs import action_logprobs_and_entropy
+from swerl.rl.logprobs_reference import checkpointed_action_logprobs_and_entropy
 from swerl.rl.loss import dapo_loss
 from swerl.train import TrainBatch, TrainerConfig, make_trainer
 from swerl.train.step import clip_grad_norm, plan_step
+from swerl.util.memory import peak_allocated_bytes
 
 MIB = 1024 * 1024
 VOCAB = 32768
@@ -280,51 +297,121 @@ def qwen_05b_config(vocab: int = 151936, hidden: int = 896, layers: int = 24, he
                        tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0})
 
 
-def gpu_section(args, work: Path, qwen_config=None, device: str = "cuda") -> None:
-    """Tokens/s and MFU of the DAPO step on a ~0.5B random Qwen2 (bf16 autocast, fp32 master weights)."""
+HEADS = {"checkpointed": checkpointed_action_logprobs_and_entropy, "fused": action_logprobs_and_entropy,
+         "fused+compile": functools.partial(action_logprobs_and_entropy, compiled=True)}
+# the DAPO step with each head: (what replaces swerl.rl.logprobs.action_logprobs_and_entropy, logprob_compiled)
+STEP_HEADS = {"checkpointed": (lambda *args, compiled=False: checkpointed_action_logprobs_and_entropy(*args), False),
+              "fused": (action_logprobs_and_entropy, False), "fused+compile": (action_logprobs_and_entropy, True)}
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def head_run(head, hidden, weight, targets, upstream, chunk: int, autocast: bool, device: str):
+    """Forward + backward of ``sum(lp * upstream)``; returns (lp, entropy, d hidden, d weight)."""
+    h, w = hidden.detach().requires_grad_(), weight.detach().requires_grad_()
+    with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=autocast):
+        lp, ent = head(h, w, targets, torch.arange(len(targets), device=device), chunk)
+    (lp * upstream).sum().backward()
+    sync(device)
+    return lp.detach(), ent.detach(), h.grad, w.grad
+
+
+def agreement(a, b) -> str:
+    cos = torch.nn.functional.cosine_similarity
+    return (f"log-prob max |diff| {(a[0] - b[0]).abs().max():.2e} (mean {(a[0] - b[0]).abs().mean():.2e}), "
+            f"entropy max {(a[1] - b[1]).abs().max():.2e}, gradient cosine hidden "
+            f"{cos(a[2].flatten().double(), b[2].flatten().double(), 0):.6f} weight {cos(a[3].flatten().double(), b[3].flatten().double(), 0):.6f}")
+
+
+def head_section(args, device: str, lengths: list[int], vocab: int, hidden_size: int, autocast: bool) -> None:
+    cuda = device.startswith("cuda")
+    print(f"### 4a. the head alone: [n, {hidden_size}] fp32 hidden states, [{vocab}, {hidden_size}] fp32 head, chunk "
+          f"{args.chunk}, {'bf16 autocast' if autocast else 'fp32'}, forward + backward (median of {args.gpu_steps}, interleaved)")
+    g = torch.Generator().manual_seed(0)
+    weight = (torch.randn(vocab, hidden_size, generator=g) / hidden_size ** 0.5).to(device)
+    for n in lengths:
+        hidden = torch.randn(n, hidden_size, generator=g).mul(2).to(device)  # logits of std ~2
+        targets = torch.randint(0, vocab, (n,), generator=g).to(device)
+        upstream = torch.randn(n, generator=g).to(device)
+        results, peaks = {}, {}
+        for name, head in HEADS.items():
+            head_run(head, hidden, weight, targets, upstream, args.chunk, autocast, device)  # compiles, if it does
+            peaks[name] = peak_allocated_bytes(lambda: results.__setitem__(name, head_run(head, hidden, weight, targets, upstream,
+                                                                                       args.chunk, autocast, device)), device)
+        times = interleaved({name: (lambda head=head: head_run(head, hidden, weight, targets, upstream, args.chunk, autocast, device))
+                             for name, head in HEADS.items()}, args.gpu_steps)
+        logits_mib = n * vocab * 4 / MIB
+        print(f"n={n}: one [n, V] fp32 logits tensor would be {logits_mib:.0f} MiB; [chunk, V] fp32 {args.chunk * vocab * 4 / MIB:.0f} MiB")
+        for name in HEADS:
+            sec = statistics.median(times[name])
+            mfu = f"  head MFU {6 * n * vocab * hidden_size / sec / (args.peak_tflops * 1e12) * 100:5.1f}%" if cuda else ""
+            print(f"  {name:13s} {sec * 1e3:9.1f} ms  {n / sec:9.0f} positions/s  peak extra {peaks[name] / MIB:8.1f} MiB{mfu}")
+        old = statistics.median(times["checkpointed"])
+        for name in ("fused", "fused+compile"):
+            print(f"  {name} / checkpointed: time x{statistics.median(times[name]) / old:.2f}, "
+                  f"peak memory x{peaks[name] / peaks['checkpointed']:.2f}")
+            print(f"  {name} vs checkpointed: {agreement(results[name], results['checkpointed'])}")
+        if autocast or not cuda:  # bf16 against fp32, the same fused head
+            fp32 = head_run(action_logprobs_and_entropy, hidden, weight, targets, upstream, args.chunk, False, device)
+            bf16 = results["fused"] if autocast else head_run(action_logprobs_and_entropy, hidden, weight, targets, upstream,
+                                                               args.chunk, True, device)
+            print(f"  fused bf16 autocast vs fp32: {agreement(bf16, fp32)}")
+        results.clear()
+        gc.collect()
+    print()
+
+
+def step_section(args, work: Path, qwen_config, device: str, lengths: list[int]) -> None:
+    """Tokens/s and MFU of the DAPO step with each head (bf16 autocast on a GPU, fp32 master weights)."""
     from transformers import Qwen2ForCausalLM
 
-    qwen_config = qwen_config or qwen_05b_config()
-    model_dir = work / "qwen-0.5b-random"
+    model_dir = work / f"qwen-{qwen_config.hidden_size}-random"
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         Qwen2ForCausalLM(qwen_config).save_pretrained(model_dir)
     cuda = device.startswith("cuda")
     name = torch.cuda.get_device_name() if cuda else device
-    print(f"## 4. GPU: DAPO step on a random Qwen2 ({qwen_config.hidden_size} hidden, {qwen_config.num_hidden_layers} layers, "
-          f"vocab {qwen_config.vocab_size}) on {name}, peak {args.peak_tflops} TFLOPS, gradient checkpointing "
-          f"{'on' if args.gpu_checkpointing else 'off'}")
-    for n in args.gpu_lengths:
-        trainer = make_trainer(model_dir, TrainerConfig(optimizer={"lr": 1e-6}, device=device, max_tokens_per_microbatch=n,
-                                                        logprob_chunk_size=args.chunk,
-                                                        gradient_checkpointing=args.gpu_checkpointing))
-        params = sum(p.numel() for p in trainer.policy.parameters())
+    print(f"### 4b. DAPO step on a random Qwen2 ({qwen_config.hidden_size} hidden, {qwen_config.num_hidden_layers} layers, "
+          f"vocab {qwen_config.vocab_size}) on {name}{f', peak {args.peak_tflops} TFLOPS' if cuda else ''}, gradient checkpointing "
+          f"{'on' if args.gpu_checkpointing else 'off'}, chunk {args.chunk}; the three trainers' steps interleaved")
+    for n in lengths:
+        trainers, steps = {}, {}
         batch = make_batch([n], qwen_config.vocab_size)
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        times = []
         try:
-            for i in range(args.gpu_steps + 1):
-                t = time.perf_counter()
-                trainer.train_step(batch)
-                if cuda:
-                    torch.cuda.synchronize()
-                if i:  # the first is warm-up
-                    times.append(time.perf_counter() - t)
+            for head_name, (head, compiled) in STEP_HEADS.items():
+                trainers[head_name] = make_trainer(model_dir, TrainerConfig(
+                    optimizer={"lr": 1e-6}, device=device, max_tokens_per_microbatch=n, logprob_chunk_size=args.chunk,
+                    logprob_compiled=compiled, gradient_checkpointing=args.gpu_checkpointing))
+
+                def step(trainer=trainers[head_name], head=head):
+                    with mock.patch.object(logprobs_module, "action_logprobs_and_entropy", head):
+                        trainer.train_step(batch)
+                    sync(device)
+
+                steps[head_name] = step
+            params = sum(p.numel() for p in trainers['fused'].policy.parameters())
+            times = interleaved(steps, args.gpu_steps)  # one warm-up step each, then rounds over the heads
+            peaks = {k: peak_allocated_bytes(fn, device) for k, fn in steps.items()} if cuda else {}
         except torch.cuda.OutOfMemoryError:
-            print(f"{n:6d} tokens: out of GPU memory (peak allocated {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB)")
-            trainer.close()
-            del trainer
-            gc.collect()
+            print(f"{n:6d} tokens: out of GPU memory with {len(trainers)} trainers (peak allocated "
+                  f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB)")
             continue
-        sec = statistics.median(times)
-        mfu = 6 * params * n / sec / (args.peak_tflops * 1e12)
-        peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan")
-        print(f"{n:6d} tokens: median {sec:6.2f} s  {n / sec:8.0f} tokens/s  MFU {mfu * 100:5.1f}%  "
-              f"(6 x {params / 1e6:.0f}M params x tokens)  peak allocated {peak:5.1f} GiB")
-        trainer.close()
-        del trainer
-        gc.collect()
+        finally:
+            for trainer in trainers.values():
+                trainer.close()
+            trainers.clear()
+            steps.clear()
+            gc.collect()
+        seconds = {k: statistics.median(v) for k, v in times.items()}
+        for head_name, sec in seconds.items():
+            mfu = f"MFU {6 * params * n / sec / (args.peak_tflops * 1e12) * 100:5.1f}% (6 x {params / 1e6:.0f}M params x tokens)" if cuda else ""
+            peak = f"step's peak above resident {peaks[head_name] / 2**30:5.1f} GiB" if cuda else ""
+            print(f"{n:6d} tokens, {head_name:13s}: median {sec:7.2f} s  {n / sec:8.0f} tokens/s  {mfu}  {peak}")
+        for name in ("fused", "fused+compile"):
+            print(f"{n:6d} tokens: {name} / checkpointed step time x{seconds[name] / seconds['checkpointed']:.2f}")
     print()
 
 
@@ -337,8 +424,9 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=1024, help="logprob_chunk_size")
     ap.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192], help="section 2")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="GPU peak for MFU (H100 dense bf16: 989)")
-    ap.add_argument("--gpu-lengths", type=int, nargs="+", default=[8192, 16384, 32768])
-    ap.add_argument("--gpu-steps", type=int, default=3)
+    ap.add_argument("--gpu-lengths", type=int, nargs="+", default=[8192, 16384, 32768], help="section 4 on a GPU")
+    ap.add_argument("--cpu-lengths", type=int, nargs="+", default=[1024, 2048], help="section 4 on CPU")
+    ap.add_argument("--gpu-steps", type=int, default=3, help="timed repetitions per variant in section 4")
     ap.add_argument("--gpu-checkpointing", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3, 4])
     ap.add_argument("--memory-worker", nargs=4, metavar=("METHOD", "LENGTH", "MODEL_DIR", "CHUNK"), help=argparse.SUPPRESS)
@@ -366,10 +454,15 @@ def main() -> None:
         deepspeed_section(args, step_model)
     if 4 in args.sections:
         if torch.cuda.is_available():
-            gpu_section(args, work)
+            print("## 4. the log-prob head: checkpointed (previous) against fused, ~0.5B Qwen2 shapes, bf16 autocast\n")
+            head_section(args, "cuda", args.gpu_lengths, 151936, 896, autocast=True)
+            step_section(args, work, qwen_05b_config(), "cuda", args.gpu_lengths)
         else:
-            print("## 4. GPU tokens/s and MFU (~0.5B Qwen2 at 8k/16k/32k tokens): needs a GPU "
-                  "(torch.cuda.is_available() is False); skipped\n")
+            print("## 4. the log-prob head: checkpointed (previous) against fused, on CPU in fp32 (no GPU: no MFU; "
+                  "ratios only)\n")
+            head_section(args, "cpu", args.cpu_lengths, VOCAB, 256, autocast=False)
+            step_section(args, work, qwen_05b_config(vocab=VOCAB, hidden=256, layers=2, heads=4, kv_heads=2, intermediate=1024),
+                         "cpu", args.cpu_lengths)
     print(f"load average at end: {load()}")
 
 

@@ -88,6 +88,7 @@ class TrainerSettings(BaseModel):
         "auto", description="Compute dtype: 'auto' is float32 on CPU and bfloat16 on GPU. Master weights and optimiser state stay float32.")
     max_tokens_per_microbatch: int = Field(16384, ge=1, description="Padded tokens (sequences x longest) per forward pass; must hold the longest sequence.")
     logprob_chunk_size: int = Field(1024, ge=1, le=1_000_000, description="Positions whose vocabulary logits exist at once in the chunked log-prob head.")
+    logprob_compiled: bool = Field(False, description="Run the log-prob head's per-chunk softmax math through torch.compile (fused kernels; compiles on the first step). Same figures as eager to 1e-5; compare speed with bench/bench_train.py --sections 4 before turning it on.")
     gradient_checkpointing: bool = Field(False, description="Recompute decoder activations in backward (activation memory ~ one layer).")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="AdamW and its learning-rate schedule.")
 

@@ -110,7 +110,7 @@ class DeepSpeedTrainer:
         if cfg.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.policy.train()
-        model = ActionLogprobModel(self.policy, cfg.logprob_chunk_size)
+        model = ActionLogprobModel(self.policy, cfg.logprob_chunk_size, cfg.logprob_compiled)
         if self._zero3:  # the chunked head reads the head's weight outside the head's forward
             deepspeed.zero.register_external_parameter(model, self.policy.get_output_embeddings().weight)
         opt = cfg.optimizer

@@ -80,14 +80,16 @@ class ActionLogprobModel(nn.Module):
     backend registers it as an external parameter of this module).
     """
 
-    def __init__(self, policy: nn.Module, chunk_size: int) -> None:
+    def __init__(self, policy: nn.Module, chunk_size: int, compiled: bool = False) -> None:
         super().__init__()
         self.policy = policy
         self.chunk_size = chunk_size
+        self.compiled = compiled
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 action_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return sequence_action_logprobs(self.policy, input_ids, action_mask, self.chunk_size, 1.0, attention_mask)
+        return sequence_action_logprobs(self.policy, input_ids, action_mask, self.chunk_size, 1.0, attention_mask,
+                                        compiled=self.compiled)
 
 
 def sft_loss(logprobs: torch.Tensor, action_mask: torch.Tensor, aggregation: str = "token",

@@ -40,7 +40,7 @@ class TorchTrainer:
         if self.config.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.policy.train()
-        self.model = ActionLogprobModel(self.policy, self.config.logprob_chunk_size)
+        self.model = ActionLogprobModel(self.policy, self.config.logprob_chunk_size, self.config.logprob_compiled)
         opt = self.config.optimizer
         self.optimizer = torch.optim.AdamW(param_groups(self.policy, opt.weight_decay), lr=opt.lr, betas=opt.betas,
                                            eps=opt.adam_eps)
