@@ -21,12 +21,11 @@ Standard library only, on purpose: copied into every grading sandbox and run the
 
 from __future__ import annotations
 
-import ctypes
-import importlib.util
-import fnmatch
-import json
 import os
 import sys
+
+# ctypes, fnmatch, importlib and json are imported where used: ``run`` starts an interpreter in every
+# grading only to drop privileges and exec, and each module costs start-up time there
 
 NAME = "swerl-test"
 RUNNER = "/opt/swerl/swerl_exec.py"
@@ -74,6 +73,8 @@ def lockdown(root: str, uid: int | None, home: str, evidence: str) -> None:
 
 def drop_to(uid: int) -> None:
     """Become ``uid`` for good (real, effective and saved ids), unable to regain privileges."""
+    import ctypes
+
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     except (OSError, AttributeError):  # the container runs with no-new-privileges anyway
@@ -114,6 +115,8 @@ def killall(uid: int) -> None:
 
 def _runner():
     """swerl's in-container runner (``swerl.envs.docker_sandbox.RUNNER``), present in every grading sandbox."""
+    import importlib.util
+
     spec = importlib.util.spec_from_file_location("swerl_exec", RUNNER)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -122,6 +125,8 @@ def _runner():
 
 def planted_reason(path: str) -> str | None:
     """Why a file the tests created at ``path`` (relative) is evidence of tampering, or None."""
+    import fnmatch
+
     parts = path.split("/")
     name = parts[-1]
     if name in PLANTED_NAMES:
@@ -160,12 +165,15 @@ def audit(root: str, uid: int) -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     cmd = argv[1]
+    if cmd == "run":
+        sep = argv.index("--")
+        run(int(argv[2]), argv[3], argv[sep + 1:])
+        return 0
+    import json
+
     if cmd == "lockdown":
         args = json.loads(argv[2])
         lockdown(args["root"], args["uid"], args["home"], args["evidence"])
-    elif cmd == "run":
-        sep = argv.index("--")
-        run(int(argv[2]), argv[3], argv[sep + 1:])
     elif cmd == "finish":  # one interpreter start for both: it runs in every grading
         root, uid = argv[2], int(argv[3])
         killall(uid)
