@@ -132,7 +132,8 @@ def _live_processes(uid: int) -> list[int]:
 
 def killall(uid: int) -> None:
     """SIGKILL every live process of ``uid`` until none is left (root may signal any), with the runner's own loop."""
-    _runner().kill_until_none(lambda: _live_processes(uid))
+    if _live_processes(uid):  # none alive (the usual end): only a process of theirs could start one, so no loop
+        _runner().kill_until_none(lambda: _live_processes(uid))
 
 
 def _runner():
