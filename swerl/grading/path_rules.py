@@ -1,9 +1,10 @@
 """Which repository paths a prediction may not change, and the in-container guard that enforces it.
 
 Standard library only, on purpose: the host applies these rules to the diff's sections, and
-the same file is copied into every grading sandbox and run there (``python3 -I -S``) after
-the patch is applied, to judge what actually changed in the container (whatever the diff
-parser believed: mixed headers, timestamps after names, context diffs, fuzzy hunks).
+the same file is copied into every grading sandbox, where the set-up (``sandbox_setup.py``, run
+with ``python3 -I -S``) snapshots the repository before the patch and calls ``guard`` after it,
+to judge what actually changed in the container (whatever the diff parser believed: mixed
+headers, timestamps after names, context diffs, fuzzy hunks).
 
 Protected, by what a path is rather than by one spelling:
 * tests: the test patch's files, anything in a test folder, test modules, ``conftest.py``;
@@ -27,7 +28,6 @@ import json
 import os
 import posixpath
 import subprocess
-import sys
 
 TEST_DIRS = ("tests", "test", "testing")
 TEST_FILE_GLOBS = ("test_*.py", "*_test.py", "tests.py", "conftest.py")
@@ -154,17 +154,3 @@ def guard(root: str, before_file: str, base: str, test_patch_files, rules: dict)
         else:
             refused[path] = reason
     return {"restored": restored, "removed": removed, "refused": refused}
-
-
-def main(argv) -> int:
-    args = json.loads(argv[1])
-    if args["mode"] == "snapshot":
-        snapshot(args["root"], args["before"])
-        return 0
-    verdict = guard(args["root"], args["before"], args["base"], set(args["test_patch_files"]), args["rules"])
-    print(GUARD_LINE + json.dumps(verdict, sort_keys=True))
-    return 3 if verdict["refused"] else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

@@ -17,6 +17,7 @@ from swerl.grading.diffs import DiffParseError, join_diff, split_diff
 from swerl.grading.log_parsers import LogParser, UnknownLogParserError, get_log_parser
 from swerl.grading.protected import filter_sections
 from swerl.grading.results import FailureClass, GradeResult
+from swerl.grading.sandbox_setup import IN_SANDBOX, STAGE
 from swerl.grading.tamper_flags import tamper_flags
 from swerl.grading.test_script import (AssetError, Isolation, TestScript, canary_targets, instrumentation, native_script,
                                       published_script)
@@ -25,9 +26,8 @@ if TYPE_CHECKING:
     from swerl.grading.grader import GradingConfig
 
 WORK = "/tmp/swerl-grade"
-STAGE = "@@swerl-stage "
-GUARD = f"{WORK}/swerl_path_rules.py"
-TEST_USER = f"{WORK}/swerl_test_user.py"
+GUARD, TEST_USER = (f"{WORK}/{name}.py" for name in IN_SANDBOX)  # the set-up imports them by these names
+SETUP = f"{WORK}/swerl_setup.py"
 SETUP_FAILED = 97
 INLINE_REPORT_MAX = 1_000_000  # bytes of report printed with the test output (well inside the kept tail)
 
@@ -55,6 +55,10 @@ def guard_source() -> bytes:
 
 def plugin_source() -> bytes:
     return resources.files("swerl.grading").joinpath("resources/swerl_pytest_report.py").read_bytes()
+
+
+def setup_source() -> bytes:
+    return resources.files("swerl.grading").joinpath("sandbox_setup.py").read_bytes()
 
 
 def test_user_source() -> bytes:
@@ -101,7 +105,9 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
     test_files = changed_by_test_patch(task)
     nonce = uuid.uuid4().hex[:16]
     files: dict[str, tuple[bytes | str, int]] = {}
-    setup: list[str] = []  # each step prints its stage line first, so a failure says which step it was
+    # (stage, JSON arguments of sandbox_setup's step or a shell line): one interpreter runs them all, each
+    # printing its stage line first, so a failure says which step it was
+    setup: list[tuple[str, dict | str]] = []
     if not no_patch:
         try:
             kept, dropped = filter_sections(split_diff(patch), test_files, config.protected)
@@ -119,29 +125,25 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
             applied = join_diff(kept)
             logs.write("applied.diff", applied)
             files[f"{WORK}/agent.patch"] = (applied, 0o644)
-            files[GUARD] = (guard_source(), 0o644)
             guard_args = {"root": config.sandbox.workdir, "before": f"{WORK}/before-{nonce}.json", "base": task.base_commit,
                           "test_patch_files": sorted(test_files), "rules": config.protected.model_dump(mode="json")}
             setup += [
-                f"echo '{STAGE}snapshot'; \"$SWERL_PYTHON\" -I -S {GUARD} {shlex.quote(json.dumps({**guard_args, 'mode': 'snapshot'}))}",
-                f"echo '{STAGE}apply'; if git apply --verbose --whitespace=nowarn {WORK}/agent.patch; then echo '@@via git apply'; "
-                f"elif patch --dry-run --batch --fuzz=5 -p1 -i {WORK}/agent.patch >/dev/null && "
-                f"patch --batch --fuzz=5 -p1 --no-backup-if-mismatch -i {WORK}/agent.patch; then echo '@@via patch'; "
-                "else exit 1; fi",
-                # judge what changed in the container, whatever the diff reader believed
-                f"echo '{STAGE}guard'; \"$SWERL_PYTHON\" -I -S {GUARD} {shlex.quote(json.dumps({**guard_args, 'mode': 'guard'}))}",
+                ("snapshot", guard_args),
+                ("apply", f"if git apply --verbose --whitespace=nowarn {WORK}/agent.patch; then echo '@@via git apply'; "
+                          f"elif patch --dry-run --batch --fuzz=5 -p1 -i {WORK}/agent.patch >/dev/null && "
+                          f"patch --batch --fuzz=5 -p1 --no-backup-if-mismatch -i {WORK}/agent.patch; then echo '@@via patch'; "
+                          "else exit 1; fi"),
+                ("guard", guard_args),  # judge what changed in the container, whatever the diff reader believed
             ]
     restore = " ".join(shlex.quote(p) for p in sorted(test_files))
     if restore:
-        setup.append(
-            f"echo '{STAGE}restore'; for f in {restore}; do if git cat-file -e {base}:\"$f\" 2>/dev/null; then "
-            f"git checkout -q {base} -- \"$f\" || exit 1; else rm -rf -- \"$f\" || exit 1; fi; done"
-        )
+        setup.append(("restore", f"for f in {restore}; do if git cat-file -e {base}:\"$f\" 2>/dev/null; then "
+                                 f"git checkout -q {base} -- \"$f\" || exit 1; else rm -rf -- \"$f\" || exit 1; fi; done"))
     if task.test_patch.strip():
         # a published eval_script applies the test patch itself; checking first tells a broken task apart
         files[f"{WORK}/test.patch"] = (task.test_patch, 0o644)
         check = "--check" if task.eval_script else ""
-        setup.append(f"echo '{STAGE}test_patch'; git apply --verbose {check} {WORK}/test.patch || exit 1")
+        setup.append(("test_patch", f"git apply --verbose {check} {WORK}/test.patch"))
 
     # the tests' user may create files in the repository but change none of root's; pytest's events
     # reach a folder only root can open
@@ -149,7 +151,8 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
                           config.test_uid if config.test_user else None)
     files[TEST_USER] = (test_user_source(), 0o644)
     lockdown = {"root": config.sandbox.workdir, "uid": isolation.uid, "home": isolation.home, "evidence": isolation.evidence}
-    setup.append(f"echo '{STAGE}lockdown'; \"$SWERL_PYTHON\" -I -S {TEST_USER} lockdown {shlex.quote(json.dumps(lockdown))}")
+    setup.append(("lockdown", lockdown))
+    files.update({SETUP: (setup_source(), 0o644), GUARD: (guard_source(), 0o644)})
     plugin_dir = f"{WORK}/plug-{nonce}"
     # canary copies carry a random suffix: a payload cannot tell them from the real tests by name
     exports = instrumentation(plugin_dir, f"swerl_report_{nonce}",
@@ -170,7 +173,8 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
     # set-up, tests and the report in one exec. The tests line (with this run's nonce) is printed only
     # once the set-up succeeded, before any code under test runs, so what precedes it is swerl's own output
     command = "\n".join([
-        *(f"( cd {wd} && {step} ) || exit {SETUP_FAILED}" for step in setup),
+        f"( cd {wd} && \"$SWERL_PYTHON\" -I -S {SETUP} {shlex.quote(json.dumps({'workdir': workdir, 'steps': setup}))} ) "
+        f"|| exit {SETUP_FAILED}",
         f"echo '{tests_line}'",
         f"( cd {wd} && bash {script_path} ); swerl_rc=$?",
         # by now no process of the tests' is left (the script killed them); the evidence comes back in

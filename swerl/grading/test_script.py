@@ -61,21 +61,21 @@ class Isolation:
     home: str
     uid: int | None
 
-    def wrap(self, region: list[str], trace: bool) -> list[str]:
-        """The test command's lines, replaced by one command that runs them as the test user."""
+    def wrap(self, region: list[str], trace: bool, workdir: str) -> list[str]:
+        """The test command's lines, replaced by one command that runs them as the test user; with a user,
+        the helper then (as root) kills whatever of theirs is left and audits what they created in
+        ``workdir``, its line the last before their status."""
         body = "\n".join((["set -uxo pipefail"] if trace else []) + region)
-        run_as = (f'"$SWERL_PYTHON" -I -S {self.helper} run {self.uid} {shlex.quote(self.home)} -- '
+        run_as = (f'"$SWERL_PYTHON" -I -S {self.helper} run {shlex.quote(workdir)} {self.uid} {shlex.quote(self.home)} -- '
                   if self.uid is not None else "")
         channel = f"{self.evidence}/channel"
         return [f"cat {channel} > {self.evidence}/events & swerl_collector=$!",
                 f"{run_as}bash -c {shlex.quote(body)} {REPORT_FD}>{channel}"]
 
-    def after(self, workdir: str) -> list[str]:
-        """Once the test command's status is printed: nothing of the tests' is left to write, and the
-        audit of what they created is the last line printed before the evidence."""
-        finish = ([f'"$SWERL_PYTHON" -I -S {self.helper} finish {shlex.quote(workdir)} {self.uid}']
-                  if self.uid is not None else [])
-        return [*finish, "wait $swerl_collector"]
+    def after(self) -> list[str]:
+        """Once the test command's status is printed: nothing of the tests' is left to write (``run`` saw to
+        it), so the copy of their events ends."""
+        return ["wait $swerl_collector"]
 
 
 def instrumentation(plugin_dir: str, plugin_module: str, canaries: str | None = None) -> list[str]:
@@ -135,11 +135,11 @@ def native_script(task: Task, test_files: list[str], workdir: str, exports: list
         *PLUGIN_HYGIENE,
         f"cd {shlex.quote(workdir)}",
         f"echo '{START_TEST_OUTPUT}'",
-        *isolation.wrap([f"{cfg.test_cmd} {' '.join(shlex.quote(t) for t in test_files)}"], trace=False),
+        *isolation.wrap([f"{cfg.test_cmd} {' '.join(shlex.quote(t) for t in test_files)}"], trace=False, workdir=workdir),
         "swerl_test_rc=$?",
         f"echo '{END_TEST_OUTPUT}'",
         f'echo "{TEST_EXIT_CODE}: $swerl_test_rc"',
-        *isolation.after(workdir),
+        *isolation.after(),
         "exit $swerl_test_rc",
     ]
     return TestScript("\n".join(lines) + "\n", "pytest" in cfg.test_cmd, True, {})
@@ -159,8 +159,8 @@ def published_script(task: Task, exports: list[str], isolation: Isolation, workd
     taken = next((i for i, line in enumerate(body) if line.startswith(f"{TEST_EXIT_CODE_VAR}=")), None)
     if taken is not None and taken > at:  # the test command: between the start marker and its status
         printed = taken + 3  # the status, the end marker and the status line: then the tests are over
-        body = [*body[:at + 1], *isolation.wrap(body[at + 1:taken], trace=True), *body[taken:printed],
-                *isolation.after(workdir), *body[printed:]]
+        body = [*body[:at + 1], *isolation.wrap(body[at + 1:taken], trace=True, workdir=workdir), *body[taken:printed],
+                *isolation.after(), *body[printed:]]
     body = [*body[:at], *restore, *PLUGIN_HYGIENE, *body[at:]]
     text = "\n".join(["#!/bin/bash", "set -uxo pipefail", *exports, *body]) + "\n"
     return TestScript(text, "pytest" in _test_region(body), False, files)

@@ -1,32 +1,34 @@
 """The unprivileged user a grading's tests run as, so that the evidence is out of their reach.
 
 Standard library only, on purpose: copied into every grading sandbox and run there as root
-(``python3 -I -S``), like the path guard. Three commands:
+(``python3 -I -S``), like the path guard. Two steps:
 
-* ``lockdown``: give the test user a passwd entry and a home, and make every folder of the
-  repository world-writable with the sticky bit (``/tmp``'s rule): the tests may create
-  files anywhere, but cannot change, delete or rename a file they did not create. Every
-  file of the repository (the tests, the test patch's files, pytest's configuration, the
-  agent's code) is root's, and so is ``.git``, the grading folder and the evidence channel.
-* ``run UID HOME -- CMD...``: run CMD as UID, no supplementary groups, ``no_new_privs`` set (a
-  set-uid program cannot give root back). A process of another user cannot signal swerl's
-  runner, write to its output through ``/proc/<pid>/fd``, or read its evidence folder.
-* ``finish ROOT UID``: SIGKILL every process of UID until none is left, so no daemon the
-  tests started writes after them (the evidence is read only after this); then audit what
-  the tests created in the repository that changes how tests are collected or how the
-  interpreter starts (``conftest.py``, pytest's configuration, start-up hooks, packaging
-  metadata, pytest's bytecode cache, a new module at an import root), printed as one JSON line. A file the test user owns
-  was written by the tests, whatever its name says.
+* ``lockdown`` (called by the set-up, ``sandbox_setup.py``): give the test user a passwd entry
+  and a home, and make every folder of the repository world-writable with the sticky bit
+  (``/tmp``'s rule): the tests may create files anywhere, but cannot change, delete or rename a
+  file they did not create. Every file of the repository (the tests, the test patch's files,
+  pytest's configuration, the agent's code) is root's, and so is ``.git``, the grading folder
+  and the evidence channel.
+* ``run ROOT UID HOME -- CMD...``: run CMD as UID, no supplementary groups, ``no_new_privs`` set
+  (a set-uid program cannot give root back), and wait for it; this process stays root's. A
+  process of another user cannot signal swerl's runner (or this one), write to its output
+  through ``/proc/<pid>/fd``, or read its evidence folder. Then ``finish``: SIGKILL every
+  process of UID until none is left, so no daemon the tests started writes after them (the
+  evidence is read only after this); then audit what the tests created in the repository that
+  changes how tests are collected or how the interpreter starts (``conftest.py``, pytest's
+  configuration, start-up hooks, packaging metadata, pytest's bytecode cache, a new module at
+  an import root), printed as one JSON line. A file the test user owns was written by the
+  tests, whatever its name says. It exits with CMD's status. One interpreter for both: it
+  runs in every grading.
 """
 
 from __future__ import annotations
 
-import ctypes
-import importlib.util
-import fnmatch
-import json
 import os
 import sys
+
+# ctypes, fnmatch, importlib and json are imported where used: the set-up's interpreter imports this
+# module for ``lockdown``, which needs none of them, and each costs start-up time in every grading
 
 NAME = "swerl-test"
 RUNNER = "/opt/swerl/swerl_exec.py"
@@ -74,6 +76,8 @@ def lockdown(root: str, uid: int | None, home: str, evidence: str) -> None:
 
 def drop_to(uid: int) -> None:
     """Become ``uid`` for good (real, effective and saved ids), unable to regain privileges."""
+    import ctypes
+
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     except (OSError, AttributeError):  # the container runs with no-new-privileges anyway
@@ -83,11 +87,30 @@ def drop_to(uid: int) -> None:
     os.setresuid(uid, uid, uid)
 
 
-def run(uid: int, home: str, argv: list[str]) -> None:
-    if os.getuid() == 0:  # an image that already runs as another user keeps it: there is nothing to drop
-        drop_to(uid)
-        os.environ.update(HOME=home, USER=NAME, LOGNAME=NAME)
-    os.execvp(argv[0], argv)
+def run(root: str, uid: int, home: str, argv: list[str]) -> int:
+    """Run ``argv`` as ``uid`` and wait for it, then ``finish``; its status as a shell gives it (128 + N for
+    signal N). This process stays root's, out of the tests' reach."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if os.getuid() == 0:  # an image that already runs as another user keeps it: there is nothing to drop
+                drop_to(uid)
+                os.environ.update(HOME=home, USER=NAME, LOGNAME=NAME)
+            os.execvp(argv[0], argv)
+        except BaseException as e:  # the child never goes on as this process: it could still be root
+            print(f"cannot run {argv[0]!r} as user {uid}: {e}", file=sys.stderr, flush=True)
+        os._exit(127)
+    status = os.waitpid(pid, 0)[1]
+    finish(root, uid)
+    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def finish(root: str, uid: int) -> None:
+    """Once the tests' command is over: no process of theirs is left, then the audit's line is printed."""
+    import json
+
+    killall(uid)
+    print(AUDIT_LINE + json.dumps(audit(root, uid), sort_keys=True), flush=True)
 
 
 def _live_processes(uid: int) -> list[int]:
@@ -109,11 +132,14 @@ def _live_processes(uid: int) -> list[int]:
 
 def killall(uid: int) -> None:
     """SIGKILL every live process of ``uid`` until none is left (root may signal any), with the runner's own loop."""
-    _runner().kill_until_none(lambda: _live_processes(uid))
+    if _live_processes(uid):  # none alive (the usual end): only a process of theirs could start one, so no loop
+        _runner().kill_until_none(lambda: _live_processes(uid))
 
 
 def _runner():
     """swerl's in-container runner (``swerl.envs.docker_sandbox.RUNNER``), present in every grading sandbox."""
+    import importlib.util
+
     spec = importlib.util.spec_from_file_location("swerl_exec", RUNNER)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -122,6 +148,8 @@ def _runner():
 
 def planted_reason(path: str) -> str | None:
     """Why a file the tests created at ``path`` (relative) is evidence of tampering, or None."""
+    import fnmatch
+
     parts = path.split("/")
     name = parts[-1]
     if name in PLANTED_NAMES:
@@ -160,16 +188,14 @@ def audit(root: str, uid: int) -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     cmd = argv[1]
+    if cmd == "run":
+        sep = argv.index("--")
+        return run(argv[2], int(argv[3]), argv[4], argv[sep + 1:])
     if cmd == "lockdown":
+        import json
+
         args = json.loads(argv[2])
         lockdown(args["root"], args["uid"], args["home"], args["evidence"])
-    elif cmd == "run":
-        sep = argv.index("--")
-        run(int(argv[2]), argv[3], argv[sep + 1:])
-    elif cmd == "finish":  # one interpreter start for both: it runs in every grading
-        root, uid = argv[2], int(argv[3])
-        killall(uid)
-        print(AUDIT_LINE + json.dumps(audit(root, uid), sort_keys=True), flush=True)
     else:
         print(f"unknown command {cmd!r}", file=sys.stderr)
         return 2

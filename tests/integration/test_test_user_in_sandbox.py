@@ -57,10 +57,12 @@ def test_the_tests_user_can_create_files_but_reach_nothing_of_roots(demo_tasks, 
     with DockerSandbox(demo_images[task.instance_id], config, preload=files) as box:
         setup = box.exec(f'"$SWERL_PYTHON" -I -S {HELPER} lockdown {shlex.quote(lockdown)}', timeout=60)
         assert setup.exit_code == 0, setup.output
-        run = box.exec(f'"$SWERL_PYTHON" -I -S {HELPER} run {UID} /tmp/swerl-home-t -- "$SWERL_PYTHON" '
+        run = box.exec(f'"$SWERL_PYTHON" -I -S {HELPER} run /testbed {UID} /tmp/swerl-home-t -- "$SWERL_PYTHON" '
                        f'/tmp/swerl-grade/probes.py {shlex.quote(test_file)}', timeout=60)
         assert run.exit_code == 0, run.output
-        results = dict(line.split(" ", 1) for line in run.output.strip().splitlines())
+        *lines, audit = run.output.strip().splitlines()
+        assert audit == "@@swerl-audit {}"  # a folder and a text file: nothing that changes how tests run
+        results = dict(line.split(" ", 1) for line in lines)
         assert results == {
             "write_test_file": "EACCES", "delete_test_file": "EPERM", "rename_test_dir": "EPERM",
             "create_beside_tests": "ok", "create_at_root": "ok", "write_git": "EACCES", "write_test_patch": "EACCES",
@@ -68,25 +70,26 @@ def test_the_tests_user_can_create_files_but_reach_nothing_of_roots(demo_tasks, 
             "write_runner_output": "EACCES", "home": "ok", "user": f"{UID} [] /tmp/swerl-home-t swerl-test",
         }
         # what the tests created is theirs, and the audit finds the planted kind only
-        planted = box.exec(f'"$SWERL_PYTHON" -I -S {HELPER} run {UID} /tmp/swerl-home-t -- '
-                           f'sh -c "echo x > /testbed/pytest.ini; echo x > /testbed/notes.txt"; '
-                           f'"$SWERL_PYTHON" -I -S {HELPER} finish /testbed {UID}', timeout=60)
+        planted = box.exec(f'"$SWERL_PYTHON" -I -S {HELPER} run /testbed {UID} /tmp/swerl-home-t -- '
+                           f'sh -c "echo x > /testbed/pytest.ini; echo x > /testbed/notes.txt; exit 3"', timeout=60)
         assert planted.output.strip().splitlines()[-1] == '@@swerl-audit {"pytest.ini": "configures the test runner"}'
+        assert planted.exit_code == 3  # the command's own status
     assert running_containers(run_id) == []
 
 
-def test_finish_leaves_no_process_of_the_tests_user(demo_tasks, demo_images, run_id):
+def test_run_leaves_no_process_of_the_tests_user(demo_tasks, demo_images, run_id):
     task = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[0]
     lockdown = json.dumps({"root": "/testbed", "uid": UID, "home": "/tmp/h", "evidence": "/tmp/swerl-grade/ev"})
-    config = DockerSandboxConfig(run_id=run_id)  # no sweep: finish alone must do it
+    config = DockerSandboxConfig(run_id=run_id)  # no sweep: the helper alone must do it
     with DockerSandbox(demo_images[task.instance_id], config, preload={HELPER: (test_user_source(), 0o644)}) as box:
         assert box.exec(f'"$SWERL_PYTHON" -I -S {HELPER} lockdown {shlex.quote(lockdown)}', timeout=60).exit_code == 0
         spawn = ("setsid env -i sh -c 'exec sleep 600' >/dev/null 2>&1 < /dev/null & "
                  "setsid env -i sh -c 'exec sleep 600' >/dev/null 2>&1 < /dev/null & sleep 0.5")
-        box.exec(f'"$SWERL_PYTHON" -I -S {HELPER} run {UID} /tmp/h -- sh -c {shlex.quote(spawn)}', timeout=60)
-        alive = box.exec(f"for p in /proc/[0-9]*; do [ \"$(stat -c %u $p)\" = {UID} ] && echo $p; done | wc -l", timeout=30)
-        assert alive.output.strip() == "2"
-        box.exec(f'"$SWERL_PYTHON" -I -S {HELPER} finish /testbed {UID}', timeout=60)
+        # the two daemons are alive when the command returns; the helper kills them before it answers
+        spawn += (f"; for p in /proc/[0-9]*; do [ \"$(stat -c %u $p)\" = {UID} ] && "
+                  f"[ \"$(cat $p/comm 2>/dev/null)\" = sleep ] && echo $p; done | wc -l")
+        ran = box.exec(f'"$SWERL_PYTHON" -I -S {HELPER} run /testbed {UID} /tmp/h -- sh -c {shlex.quote(spawn)}', timeout=60)
+        assert ran.output.strip().splitlines() == ["2", "@@swerl-audit {}"]
         left = box.exec(f"for p in /proc/[0-9]*; do [ \"$(stat -c %u $p)\" = {UID} ] && "
                         f"! grep -q '^State:.*Z' $p/status && echo $p; done | wc -l", timeout=30)
         assert left.output.strip() == "0", left.output

@@ -38,21 +38,22 @@ def test_the_audit_lists_only_what_the_test_user_owns(tmp_path):
 
 def test_the_test_command_runs_as_the_user_with_its_events_down_fd_3():
     iso = Isolation("/tmp/g/u.py", "/tmp/g/ev-1", "/tmp/home-1", 54321)
-    assert iso.wrap(["pytest -rA tests/test_a.py", "echo done"], trace=True) == [
+    # the helper runs the command as the user, then (as root) kills what is left of theirs and audits /testbed
+    assert iso.wrap(["pytest -rA tests/test_a.py", "echo done"], trace=True, workdir="/testbed") == [
         "cat /tmp/g/ev-1/channel > /tmp/g/ev-1/events & swerl_collector=$!",
-        "\"$SWERL_PYTHON\" -I -S /tmp/g/u.py run 54321 /tmp/home-1 -- "
+        "\"$SWERL_PYTHON\" -I -S /tmp/g/u.py run /testbed 54321 /tmp/home-1 -- "
         "bash -c 'set -uxo pipefail\npytest -rA tests/test_a.py\necho done' 3>/tmp/g/ev-1/channel",
     ]
-    assert iso.after("/testbed") == ['"$SWERL_PYTHON" -I -S /tmp/g/u.py finish /testbed 54321', "wait $swerl_collector"]
+    assert iso.after() == ["wait $swerl_collector"]
 
 
 def test_without_a_test_user_the_events_still_go_down_the_pipe():
     iso = Isolation("/tmp/g/u.py", "/tmp/g/ev-1", "/tmp/home-1", None)
-    assert iso.wrap(["pytest"], trace=False)[1] == "bash -c pytest 3>/tmp/g/ev-1/channel"
-    assert iso.after("/testbed") == ["wait $swerl_collector"]
+    assert iso.wrap(["pytest"], trace=False, workdir="/testbed")[1] == "bash -c pytest 3>/tmp/g/ev-1/channel"
+    assert iso.after() == ["wait $swerl_collector"]
 
 
-def test_a_published_script_runs_only_its_test_command_as_the_user_and_finishes_after_the_status_line():
+def test_a_published_script_runs_only_its_test_command_as_the_user():
     from swerl.data.task import Task
     from swerl.grading.test_script import published_script
 
@@ -65,9 +66,9 @@ def test_a_published_script_runs_only_its_test_command_as_the_user_and_finishes_
                                 "eval_script": eval_script, "image": "img"})
     iso = Isolation("/tmp/g/u.py", "/tmp/g/ev-1", "/tmp/home-1", 54321)
     text = published_script(task, [], iso, "/testbed").text
-    wrapped = "\n".join(iso.wrap(["pytest -rA tests/test_a.py"], trace=True))
+    wrapped = "\n".join(iso.wrap(["pytest -rA tests/test_a.py"], trace=True, workdir="/testbed"))
     tail = "\n".join([wrapped, "SWEBENCH_TEST_EXIT_CODE=$?", ": '>>>>> End Test Output'",
-                      'echo ">>>>> Test Exit Code: $SWEBENCH_TEST_EXIT_CODE"', *iso.after("/testbed"),
+                      'echo ">>>>> Test Exit Code: $SWEBENCH_TEST_EXIT_CODE"', *iso.after(),
                       "git checkout abc1234 tests/test_a.py"])
     # the set-up (activation, checkout, test patch) and the reset run as root; only the test command as the user
     assert text.endswith(": '>>>>> Start Test Output'\n" + tail + "\n")
