@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import math
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
