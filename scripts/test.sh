@@ -3,6 +3,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# the multi-host tests push images through Debian's registry (a user's pool needs none: save/load is the default)
+if ! command -v docker-registry >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq docker-registry >/dev/null || {
+    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq docker-registry >/dev/null; }
+fi
 export DO_NOT_TRACK=1 SWERL_REQUIRE_DOCKER=1
 # DeepSpeed compiles a small CPU op on first use (~1-2 min); keep it where later runs find it
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$HOME/.cache/swerl/torch_extensions}

@@ -16,6 +16,7 @@ import pytest
 
 from swerl.inference.config import VLLMServeConfig
 from swerl.util.processes import group_members
+from tests.support import netns
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -123,7 +124,7 @@ def test_rft_then_evaluation_on_two_docker_hosts_through_one_served_policy_reloa
             copied = sorted({image for image, _ in docker_host(host.url).transfers})
             left = running_containers(f"pipeline-{params.name}", hosts=[host.url])
     except (NamespaceUnavailable, RegistryUnavailable) as e:
-        pytest.skip(f"no second Docker daemon or no registry here: {e}")
+        netns.unavailable("a second Docker daemon or a registry", e)
     run_dir = params.run_dir
     trained = summary["final_policy"]["policy_version"]
     assert trained != "0"
