@@ -13,6 +13,27 @@ from swerl.envs.docker_config import PYTHON_CANDIDATES, SWEBENCH_ACTIVATE, SWEBE
 from swerl.envs.exec_channel import RUNNER_EXITED
 from swerl.envs.sandbox import SandboxError
 
+class ContainerSandboxPaths:
+    """What a sandbox whose commands run in a container of its own (a Docker container, a pod) says of its paths:
+    the file system is the container's own, and swerl's helpers run with the image's system python3."""
+
+    config: object  # a sandbox config with ``workdir``
+    _python: str | None
+
+    @property
+    def workdir(self) -> str:
+        return self.config.workdir
+
+    @property
+    def root(self) -> str:
+        return "/"
+
+    @property
+    def python(self) -> str:
+        """The image's system python3, which runs swerl's own helpers (never the task's environment)."""
+        return self._python or "python3"
+
+
 # prints the first python3 of PYTHON_CANDIDATES, else the one on PATH
 PYTHON_PROBE = " || ".join(f"test -x {p} && echo {p}" for p in PYTHON_CANDIDATES) + " || command -v python3"
 

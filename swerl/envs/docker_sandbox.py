@@ -36,8 +36,9 @@ from requests.exceptions import ReadTimeout
 from swerl.envs import labels
 from swerl.envs.docker_client import DockerUnavailableError, docker_client
 from swerl.envs.docker_config import DockerSandboxConfig, concurrency_slots
-from swerl.envs.container_files import (PYTHON_PROBE, SERVE_ENV, activated_env, activation_spec, exec_any_python,
-                                       found_python, probed_activation, runner_source, serve_script, tar_of)
+from swerl.envs.container_files import (PYTHON_PROBE, SERVE_ENV, ContainerSandboxPaths, activated_env, activation_spec,
+                                       exec_any_python, found_python, probed_activation, runner_source, serve_script,
+                                       tar_of)
 from swerl.envs.docker_reaper import reap_containers, running_containers  # noqa: F401 (re-exported)
 from swerl.envs.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel, RunnerRestarted
 from swerl.envs.sandbox import ExecResult, RunnerFailed, SandboxError, exec_result, git_diff
@@ -52,7 +53,7 @@ _PYTHON_BY_IMAGE: dict[str, str] = {}
 _ACTIVATED_ENV: dict[tuple[str, str], dict[str, str]] = {}
 
 
-class DockerSandbox:
+class DockerSandbox(ContainerSandboxPaths):
     """One container from an image; use as a context manager."""
 
     def __init__(self, image: str, config: DockerSandboxConfig | None = None, *,
@@ -154,19 +155,6 @@ class DockerSandbox:
     def _probe_activation(self) -> dict[str, str]:
         code, out = self._container.exec_run(self._runner_argv("--activate", json.dumps(self._activation_spec())), demux=False)
         return probed_activation(self.image, code, (out or b"").decode("utf-8", "replace"))
-
-    @property
-    def workdir(self) -> str:
-        return self.config.workdir
-
-    @property
-    def root(self) -> str:
-        return "/"  # the container's file system is its own
-
-    @property
-    def python(self) -> str:
-        """The image's system python3, which runs swerl's own helpers (never the task's environment)."""
-        return self._python or "python3"
 
     def _raw(self, argv: list[str]) -> str:
         code, out = self._container.exec_run(argv, demux=False)

@@ -25,8 +25,8 @@ from typing import Any
 from swerl.envs import labels
 from swerl.envs.configs_in import configs_in
 from swerl.envs.docker_reaper import _pid_alive
-from swerl.envs.container_files import (PYTHON_PROBE, activation_spec, found_python, probed_activation, runner_source,
-                                       tar_of)
+from swerl.envs.container_files import (PYTHON_PROBE, ContainerSandboxPaths, activation_spec, found_python,
+                                       probed_activation, runner_source, tar_of)
 from swerl.envs.docker_sandbox import HOST_GRACE_S, RUNNER
 from swerl.envs.k8s_api import (PodExec, call, create_pod, delete_pod, ensure_deny_all, label_value, pod_manifest,
                                 status_of, wait_running)
@@ -39,7 +39,7 @@ _PYTHON_BY_IMAGE: dict[str, str] = {}
 _ACTIVATED_ENV: dict[tuple[str, str], dict[str, str]] = {}
 
 
-class KubernetesSandbox:
+class KubernetesSandbox(ContainerSandboxPaths):
     """One pod from an image; use as a context manager. See the module docstring."""
 
     def __init__(self, image: str, config: KubernetesSandboxConfig | None = None, *,
@@ -116,19 +116,6 @@ class KubernetesSandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    @property
-    def workdir(self) -> str:
-        return self.config.workdir
-
-    @property
-    def root(self) -> str:
-        return "/"  # the pod's file system is its own
-
-    @property
-    def python(self) -> str:
-        """The image's system python3, which runs swerl's own helpers (never the task's environment)."""
-        return self._python or "python3"
 
     # -- exec ------------------------------------------------------------------------
     def _open(self, argv: list[str], stdin: bytes | None = None) -> PodExec:
