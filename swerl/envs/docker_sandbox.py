@@ -138,9 +138,9 @@ class DockerSandbox(ContainerSandboxPaths):
             head = self.exec(f"git -C {cfg.workdir} rev-parse HEAD", timeout=60).output.strip()
             self.base_commit = head if len(head) == 40 else None
 
-    def _runner_argv(self, *args: str, unbuffered: bool = False) -> list[str]:
+    def _runner_argv(self, *args: str) -> list[str]:
         """swerl's runner, its source on the command line: nothing needs copying in before a command."""
-        return [self._python, "-I", "-S", *(["-u"] if unbuffered else []), "-c", runner_source().decode(), *args]
+        return [self._python, "-I", "-S", "-c", runner_source().decode(), *args]
 
     def _activated_env(self) -> dict[str, str]:
         """The variables an activation sets or changes, to pass to every command (probed once per image)."""
@@ -155,10 +155,6 @@ class DockerSandbox(ContainerSandboxPaths):
     def _probe_activation(self) -> dict[str, str]:
         code, out = self._container.exec_run(self._runner_argv("--activate", json.dumps(self._activation_spec())), demux=False)
         return probed_activation(self.image, code, (out or b"").decode("utf-8", "replace"))
-
-    def _raw(self, argv: list[str]) -> str:
-        code, out = self._container.exec_run(argv, demux=False)
-        return (out or b"").decode("utf-8", "replace") if code == 0 else ""
 
     def _find_python(self) -> str:
         if self._channel is not None:  # the runner already runs the python PYTHON_PROBE would find

@@ -1,8 +1,9 @@
-"""A long-lived command runner inside a container, spoken to over one docker stream: the
-container's own stdin/stdout, attached before it starts (``over_attach``), or one docker exec.
+"""A long-lived command runner inside a container, spoken to over the container's own stdin
+and stdout, attached before it starts (``over_attach``).
 
-A docker exec costs ~65-100 ms of daemon and runc work on a loaded 2-core host; a line
-on an already open stream costs a few, and attaching to the container costs no exec at all. The runner (``swerl_exec.py --serve``) reads one
+A docker exec costs ~65-100 ms of daemon and runc work on a loaded 2-core host; a line on an
+already open stream costs a few, and attaching to the container costs no exec at all. The
+runner (``swerl_exec.py --serve``) reads one
 JSON request per line and answers one JSON line carrying the request's tag, so a stale
 or forged line (a command can write to the runner's stdout through /proc) is skipped, not
 taken for the answer. The stream is docker's multiplexed format: an 8-byte header
@@ -35,33 +36,28 @@ class RunnerRestarted(ChannelBroken):
     request has no answer, the channel still works."""
 
 
-# the line a container's serving shell prints when its runner died and it started another (see docker_sandbox)
+# the line a container's serving shell prints when its runner died and it started another (see
+# container_files.serve_script)
 RUNNER_EXITED = "runner_exited"
 
 
 class ExecChannel:
     """One ``swerl_exec.py --serve`` process in a container and the socket to it."""
 
-    def __init__(self, api, container_id: str, argv: list[str]):
-        """A runner started by one docker exec of ``argv``."""
-        exec_id = api.exec_create(container_id, argv, stdin=True, stdout=True, stderr=True)["Id"]
-        self._open(api.exec_start(exec_id, socket=True))
-
-    @classmethod
-    def over_attach(cls, api, container_id: str) -> ExecChannel:
-        """The runner that is (or starts) reading the container's own stdin: attach before the container
-        starts, so no line it writes is missed. The container must be created with ``stdin_open``."""
-        channel = cls.__new__(cls)
-        channel._open(api.attach_socket(container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}))
-        return channel
-
-    def _open(self, io) -> None:
+    def __init__(self, io):
+        """The channel over ``io``, a docker stream (or a socket) whose far end is the runner's stdin and stdout."""
         self._io = io
         self._sock = getattr(io, "_sock", io)
         self._frames = b""  # raw bytes not yet split into frames
         self._lines = b""  # stdout bytes not yet split into lines
         self._stderr = b""
         self.broken: str | None = None
+
+    @classmethod
+    def over_attach(cls, api, container_id: str) -> ExecChannel:
+        """The runner that is (or starts) reading the container's own stdin: attach before the container
+        starts, so no line it writes is missed. The container must be created with ``stdin_open``."""
+        return cls(api.attach_socket(container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}))
 
     def close(self) -> None:
         """End the stream (a plain close leaves it open while docker's response object holds the socket): the

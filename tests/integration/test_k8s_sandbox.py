@@ -166,7 +166,7 @@ def test_each_sandbox_owns_its_api_client_and_closes_it(fake, image, run_id):
     assert len(a._api.rest_client.pool_manager.pools) == 0  # closed: its connections are gone
 
 
-def _left_pods(fake: FakeKubeAPI, cfg: KubernetesSandboxConfig, run_id: str) -> None:
+def _left_pods(fake: FakeKubeAPI, cfg: KubernetesSandboxConfig) -> None:
     """A crashed run's pod (dead owner), a live run's pod and someone else's pod, all pending."""
     fake.hold_pending = True
     dead = subprocess.Popen(["true"])
@@ -189,7 +189,7 @@ def test_swerl_sandbox_reap_deletes_left_pods_in_the_namespaces_it_is_given(fake
 
     # the local daemon is shared with other work: its part of the command is not what this test is about
     monkeypatch.setattr(swerl.envs.docker_sandbox, "reap_containers", lambda **kw: [])
-    _left_pods(fake, config(fake, run_id), run_id)
+    _left_pods(fake, config(fake, run_id))
     args = ["sandbox", "reap", "--kube-namespace", "t", "--kube-api-server", fake.url]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -222,7 +222,7 @@ def test_a_cancelled_flows_hook_deletes_its_pods(fake, run_id, monkeypatch):
     monkeypatch.setattr(swerl.envs.docker_sandbox, "reap_containers", lambda **kw: [])
     name = f"k8s-{run_id}"[:40]
     cfg = config(fake, container_label(name))
-    _left_pods(fake, cfg, run_id)
+    _left_pods(fake, cfg)
     # flow-run parameters arrive in their JSON form: the sandbox config is found in them, wherever it is
     params = {"params": {"name": name, "sampler": {"sandbox": cfg.model_dump(mode="json")}}}
     reap_run_containers(None, SimpleNamespace(parameters=params), None)

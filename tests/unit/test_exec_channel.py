@@ -17,18 +17,6 @@ from swerl.envs import exec_channel
 from swerl.envs.exec_channel import ChannelBroken, ChannelTimeout, ExecChannel, RunnerRestarted
 
 
-class _Api:
-    def __init__(self, sock: socket.socket):
-        self.sock, self.created = sock, []
-
-    def exec_create(self, container_id, argv, **kwargs):
-        self.created.append((container_id, argv, kwargs))
-        return {"Id": "exec-1"}
-
-    def exec_start(self, exec_id, socket=False):
-        return self.sock
-
-
 def _frame(body: bytes, stream: int = 1) -> bytes:
     return struct.pack(">BxxxL", stream, len(body)) + body
 
@@ -36,17 +24,10 @@ def _frame(body: bytes, stream: int = 1) -> bytes:
 @pytest.fixture
 def ends():
     ours, runner = socket.socketpair()
-    channel = ExecChannel(_Api(ours), "c1", ["python3", "runner", "--serve"])
+    channel = ExecChannel(ours)
     yield channel, runner
     channel.close()
     runner.close()
-
-
-def test_the_runner_is_started_with_stdin_attached():
-    with socket.socket() as unused:
-        api = _Api(unused)
-        ExecChannel(api, "c9", ["py", "r", "--serve"])
-    assert api.created == [("c9", ["py", "r", "--serve"], {"stdin": True, "stdout": True, "stderr": True})]
 
 
 def test_a_request_is_one_json_line_and_its_answer_may_arrive_in_pieces(ends):

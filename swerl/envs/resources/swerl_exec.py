@@ -135,7 +135,8 @@ class Capture:
         return f"{head}\n[... {dropped} bytes of output truncated ...]\n{tail}", True
 
 
-# set on the container (docker exec inherits them) to start the serving runner; see docker_sandbox.SERVE_ENV
+# set on an agent's container to start the serving runner (container_files.SERVE_ENV, which this stdlib-only
+# file cannot import); the serving shell unsets them, and a docker exec would inherit them
 SANDBOX_START_VARS = ("SANDBOX_INIT", "SANDBOX_RUNNER")
 
 
