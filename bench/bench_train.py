@@ -302,6 +302,16 @@ HEADS = {"checkpointed": checkpointed_action_logprobs_and_entropy, "fused": acti
 # the DAPO step with each head: (what replaces swerl.rl.logprobs.action_logprobs_and_entropy, logprob_compiled)
 STEP_HEADS = {"checkpointed": (lambda *args, compiled=False: checkpointed_action_logprobs_and_entropy(*args), False),
               "fused": (action_logprobs_and_entropy, False), "fused+compile": (action_logprobs_and_entropy, True)}
+# ... and the decoder layers compiled too (TrainerConfig.compile_layers), the whole step's fastest form
+STEP_VARIANTS = {name: (head, compiled, False) for name, (head, compiled) in STEP_HEADS.items()} | {
+    "compiled layers": (action_logprobs_and_entropy, True, True)}
+
+
+def step_flops(params: int, n: int, qwen_config) -> tuple[float, float]:
+    """(6 x params x tokens, the same plus causal attention's score and value matmuls): forward 2 n^2 d per layer
+    (half of QK^T and of PV, each 2 n^2 d), backward twice that; recomputation under checkpointing not counted."""
+    attention = 6 * qwen_config.num_hidden_layers * qwen_config.hidden_size * n * n
+    return 6 * params * n, 6 * params * n + attention
 
 
 def sync(device: str) -> None:
@@ -376,15 +386,16 @@ def step_section(args, work: Path, qwen_config, device: str, lengths: list[int])
     name = torch.cuda.get_device_name() if cuda else device
     print(f"### 4b. DAPO step on a random Qwen2 ({qwen_config.hidden_size} hidden, {qwen_config.num_hidden_layers} layers, "
           f"vocab {qwen_config.vocab_size}) on {name}{f', peak {args.peak_tflops} TFLOPS' if cuda else ''}, gradient checkpointing "
-          f"{'on' if args.gpu_checkpointing else 'off'}, chunk {args.chunk}; the three trainers' steps interleaved")
+          f"{'on' if args.gpu_checkpointing else 'off'}, chunk {args.chunk}; the {len(STEP_VARIANTS)} trainers' steps interleaved; "
+          f"'compiled layers': the fused+compile head and TrainerConfig.compile_layers")
     for n in lengths:
         trainers, steps = {}, {}
         batch = make_batch([n], qwen_config.vocab_size)
         try:
-            for head_name, (head, compiled) in STEP_HEADS.items():
+            for head_name, (head, compiled, layers) in STEP_VARIANTS.items():
                 trainers[head_name] = make_trainer(model_dir, TrainerConfig(
                     optimizer={"lr": 1e-6}, device=device, max_tokens_per_microbatch=n, logprob_chunk_size=args.chunk,
-                    logprob_compiled=compiled, gradient_checkpointing=args.gpu_checkpointing))
+                    logprob_compiled=compiled, gradient_checkpointing=args.gpu_checkpointing, compile_layers=layers))
 
                 def step(trainer=trainers[head_name], head=head):
                     with mock.patch.object(logprobs_module, "action_logprobs_and_entropy", head):
@@ -406,13 +417,38 @@ def step_section(args, work: Path, qwen_config, device: str, lengths: list[int])
             steps.clear()
             gc.collect()
         seconds = {k: statistics.median(v) for k, v in times.items()}
+        dense, with_attention = step_flops(params, n, qwen_config)
         for head_name, sec in seconds.items():
-            mfu = f"MFU {6 * params * n / sec / (args.peak_tflops * 1e12) * 100:5.1f}% (6 x {params / 1e6:.0f}M params x tokens)" if cuda else ""
+            mfu = (f"MFU {dense / sec / (args.peak_tflops * 1e12) * 100:5.1f}% (6 x {params / 1e6:.0f}M params x tokens), "
+                   f"{with_attention / sec / (args.peak_tflops * 1e12) * 100:5.1f}% with attention") if cuda else ""
             peak = f"step's peak above resident {peaks[head_name] / 2**30:5.1f} GiB" if cuda else ""
-            print(f"{n:6d} tokens, {head_name:13s}: median {sec:7.2f} s  {n / sec:8.0f} tokens/s  {mfu}  {peak}")
-        for name in ("fused", "fused+compile"):
+            print(f"{n:6d} tokens, {head_name:15s}: median {sec:7.3f} s  {n / sec:8.0f} tokens/s  {mfu}  {peak}")
+        for name in ("fused", "fused+compile", "compiled layers"):
             print(f"{n:6d} tokens: {name} / checkpointed step time x{seconds[name] / seconds['checkpointed']:.2f}")
     print()
+
+
+def profile_section(args, work: Path, qwen_config, device: str, n: int) -> None:
+    """Where one DAPO step's time goes: torch.profiler's kernels, the top 25 by device time."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    head, compiled, layers = STEP_VARIANTS[args.profile]
+    trainer = make_trainer(work / f"qwen-{qwen_config.hidden_size}-random", TrainerConfig(
+        optimizer={"lr": 1e-6}, device=device, max_tokens_per_microbatch=n, logprob_chunk_size=args.chunk,
+        logprob_compiled=compiled, gradient_checkpointing=args.gpu_checkpointing, compile_layers=layers))
+    batch = make_batch([n], qwen_config.vocab_size)
+    with mock.patch.object(logprobs_module, "action_logprobs_and_entropy", head):
+        trainer.train_step(batch)  # warm-up (and compilation)
+        sync(device)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+        with profile(activities=activities) as prof:
+            with record_function("dapo_step"):
+                trainer.train_step(batch)
+            sync(device)
+    trainer.close()
+    sort = "cuda_time_total" if device.startswith("cuda") else "cpu_time_total"
+    print(f"### 4c. one DAPO step, head {args.profile}, {n} tokens: top kernels by {sort}")
+    print(prof.key_averages().table(sort_by=sort, row_limit=25, max_name_column_width=70))
 
 
 def main() -> None:
@@ -428,7 +464,10 @@ def main() -> None:
     ap.add_argument("--cpu-lengths", type=int, nargs="+", default=[1024, 2048], help="section 4 on CPU")
     ap.add_argument("--gpu-steps", type=int, default=3, help="timed repetitions per variant in section 4")
     ap.add_argument("--gpu-checkpointing", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--head-alone", action=argparse.BooleanOptionalAction, default=True, help="section 4a (the head alone)")
     ap.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3, 4])
+    ap.add_argument("--profile", choices=sorted(STEP_VARIANTS), help="section 4: after the table, profile one DAPO step with this "
+                    "head at the first length and print the kernels that took the most time")
     ap.add_argument("--memory-worker", nargs=4, metavar=("METHOD", "LENGTH", "MODEL_DIR", "CHUNK"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_worker:
@@ -455,12 +494,16 @@ def main() -> None:
     if 4 in args.sections:
         if torch.cuda.is_available():
             print("## 4. the log-prob head: checkpointed (previous) against fused, ~0.5B Qwen2 shapes, bf16 autocast\n")
-            head_section(args, "cuda", args.gpu_lengths, 151936, 896, autocast=True)
+            if args.head_alone:
+                head_section(args, "cuda", args.gpu_lengths, 151936, 896, autocast=True)
             step_section(args, work, qwen_05b_config(), "cuda", args.gpu_lengths)
+            if args.profile:
+                profile_section(args, work, qwen_05b_config(), "cuda", args.gpu_lengths[0])
         else:
             print("## 4. the log-prob head: checkpointed (previous) against fused, on CPU in fp32 (no GPU: no MFU; "
                   "ratios only)\n")
-            head_section(args, "cpu", args.cpu_lengths, VOCAB, 256, autocast=False)
+            if args.head_alone:
+                head_section(args, "cpu", args.cpu_lengths, VOCAB, 256, autocast=False)
             step_section(args, work, qwen_05b_config(vocab=VOCAB, hidden=256, layers=2, heads=4, kv_heads=2, intermediate=1024),
                          "cpu", args.cpu_lengths)
     print(f"load average at end: {load()}")

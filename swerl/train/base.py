@@ -90,6 +90,10 @@ class TrainerSettings(BaseModel):
     logprob_chunk_size: int = Field(1024, ge=1, le=1_000_000, description="Positions whose vocabulary logits exist at once in the chunked log-prob head.")
     logprob_compiled: bool = Field(False, description="Run the log-prob head's per-chunk softmax math through torch.compile (fused kernels; compiles on the first step). Same figures as eager to 1e-5; compare speed with bench/bench_train.py --sections 4 before turning it on.")
     gradient_checkpointing: bool = Field(False, description="Recompute decoder activations in backward (activation memory ~ one layer).")
+    compile_layers: bool = Field(False, description="torch.compile each decoder layer (regional compilation: one graph, reused by every layer; "
+                                 "norms, rotary, SiLU and the autocast casts fuse, and far fewer kernels launch). Compiles on the first "
+                                 "step (and once more when sequence lengths first vary). Torch backend only; "
+                                 "measure with bench/bench_train.py --sections 4.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="AdamW and its learning-rate schedule.")
 
     @model_validator(mode="before")

@@ -97,6 +97,9 @@ class DeepSpeedTrainer:
         self.config = cfg = config or TrainerConfig(trainer=DeepSpeedTrainerConfig())
         if cfg.backend != "deepspeed":
             raise ValueError(f"DeepSpeedTrainer runs backend 'deepspeed', the config asks for {cfg.backend!r}; use make_trainer")
+        if cfg.compile_layers:
+            raise ValueError("compile_layers is a torch-backend option: ZeRO's parameter hooks do not go through "
+                             "compiled layers; turn it off for backend 'deepspeed'")
         self.source = model_dir
         self.rank, self.world_size, local_rank = init_distributed()
         accelerator = get_accelerator()  # DeepSpeed's own choice: the local rank's GPU, or the CPU

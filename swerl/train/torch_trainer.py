@@ -16,8 +16,8 @@ import torch
 from swerl.inference.weights import load_checkpoint_into
 from swerl.train import checkpoint as ckpt
 from swerl.train.base import ResumeState, TrainBatch, TrainerConfig
-from swerl.train.step import (ActionLogprobModel, accumulate_gradients, clip_grad_norm, compute_dtype, finish_metrics,
-                              learning_rate, param_groups, plan_step, resolve_device)
+from swerl.train.step import (ActionLogprobModel, accumulate_gradients, clip_grad_norm, compile_decoder_layers, compute_dtype,
+                              finish_metrics, learning_rate, param_groups, plan_step, resolve_device)
 
 OPTIMIZER_FILE = "optimizer.pt"
 
@@ -39,11 +39,14 @@ class TorchTrainer:
         self.policy = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).to(self.device)
         if self.config.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if self.config.compile_layers:
+            compile_decoder_layers(self.policy)
         self.policy.train()
         self.model = ActionLogprobModel(self.policy, self.config.logprob_chunk_size, self.config.logprob_compiled)
         opt = self.config.optimizer
+        # on a GPU the fused kernel: one launch for every parameter's update instead of several per tensor group
         self.optimizer = torch.optim.AdamW(param_groups(self.policy, opt.weight_decay), lr=opt.lr, betas=opt.betas,
-                                           eps=opt.adam_eps)
+                                           eps=opt.adam_eps, fused=self.device.type == "cuda" or None)
         self.step = 0
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:

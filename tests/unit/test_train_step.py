@@ -13,7 +13,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from swerl.rl.loss import dapo_loss
 from swerl.train.base import TrainBatch, TrainerConfig
 from swerl.train.checkpoint import begin, latest_checkpoint, publish, step_checkpoints, step_dir
-from swerl.train.step import ActionLogprobModel, accumulate_gradients, clip_grad_norm, learning_rate, plan_step, sft_loss
+from swerl.train.step import (ActionLogprobModel, accumulate_gradients, clip_grad_norm, compile_decoder_layers, learning_rate,
+                              plan_step, sft_loss)
 
 V = 128
 
@@ -67,6 +68,19 @@ def test_gradient_checkpointing_changes_memory_not_gradients():
     recomputed = policy()
     recomputed.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     assert max_diff(gradients(cfg, b), gradients(cfg, b, recomputed)) < 1e-6
+
+
+def test_compiled_decoder_layers_give_the_eager_gradients_over_varying_lengths():
+    b = batch()
+    cfg = TrainerConfig(max_tokens_per_microbatch=30)  # four micro-batches of three padded lengths: one recompile, no more
+    compiled = policy()
+    assert compile_decoder_layers(compiled) == 2
+    assert max_diff(gradients(cfg, b), gradients(cfg, b, compiled)) < 1e-5  # measured: 2.2e-8 (inductor's fused float32 order)
+
+
+def test_compiling_a_model_without_decoder_layers_is_refused_by_name():
+    with pytest.raises(ValueError, match="Linear has no decoder.layers to compile; turn compile_layers off"):
+        compile_decoder_layers(torch.nn.Linear(2, 2))
 
 
 def test_accumulated_gradient_equals_the_full_logits_reference():

@@ -52,3 +52,9 @@ def test_the_factory_builds_the_backend_the_config_names(tiny_model_dir):
     trainer = make_trainer(tiny_model_dir, TrainerConfig(trainer=TorchTrainerConfig(device="cpu")))
     assert isinstance(trainer, TorchTrainer)
     assert str(trainer.device) == "cpu"
+
+
+def test_compiled_layers_are_a_torch_backend_option_refused_for_deepspeed(tmp_path):
+    cfg = TrainerConfig(trainer={"backend": "deepspeed", "zero_stage": 3}, compile_layers=True)
+    with pytest.raises(ValueError, match="compile_layers is a torch-backend option.*turn it off for backend 'deepspeed'"):
+        make_trainer(tmp_path, cfg)
