@@ -4,7 +4,10 @@ Each (task, sample) is one coroutine holding one of ``concurrency`` slots for it
 life (agent sandbox, then its grading sandbox), so at most that many sandboxes run. The
 agent has a wall-clock deadline, so one straggler never wedges a batch; a sandbox that
 does not start makes that pair an ``infra_error`` (infrastructure-failed: never scored),
-any other failure its ``error`` exit, and the others carry on. Finished trajectories are
+any other failure its ``error`` exit, and the others carry on. A pair whose sandbox's host
+was lost (``HostLost``: a pool's Docker host died under it) is run again at once, up to
+``host_lost_retries`` times, in a fresh sandbox that the pool places on a host still alive,
+so a dead host costs the stage time, not trajectories. Finished trajectories are
 appended to the store at once; a rerun skips the pairs already stored (except errors and
 infrastructure failures, which are redone); whether too many pairs failed for
 infrastructure is the caller's call (``swerl.stages.rollout`` fails the stage as
@@ -32,7 +35,7 @@ from swerl.agent.trajectory import ExitReason, Trajectory
 from swerl.data.task import Task
 from swerl.envs.docker_sandbox import DockerSandboxConfig
 from swerl.envs.factory import SandboxConfig, make_sandbox
-from swerl.envs.sandbox import SandboxError
+from swerl.envs.sandbox import HostLost, SandboxError
 from swerl.grading.grader import GradingConfig, grade_prediction
 from swerl.grading.results import GradeResult
 from swerl.inference.base import InferenceEngine
@@ -60,6 +63,8 @@ class RolloutConfig(BaseModel):
     )
     grading: GradingConfig = Field(default_factory=GradingConfig)
     reuse_grades: bool = Field(True, description="Grade each distinct (task, patch) once per run and reuse the verdict for repeats.")
+    host_lost_retries: int = Field(1, ge=0, le=10, description="Runs again, in a fresh sandbox on a live host, of a pair whose "
+                                   "sandbox's host was lost (HostLost); 0 leaves it infra_error, for a rerun of the stage.")
     model_name: str = Field("", description="Recorded on every trajectory (model path or name).")
 
 
@@ -71,6 +76,7 @@ class RolloutSummary(BaseModel):
     produced: int
     exit_reasons: dict[str, int]
     infra_failed: int = Field(0, description="Trajectories of this call that failed for infrastructure (never scored).")
+    host_lost_retried: int = Field(0, description="Pairs run again because their sandbox's host was lost (each counted per rerun).")
     resolved: int
     graded: int
     generation_s: float
@@ -112,9 +118,15 @@ async def run_rollouts(
                 log_subdir=f"sample-{sample}"))
         return await asyncio.shield(known)
 
+    retried: list[str] = []
+
     async def one(task: Task, sample: int) -> None:
-        async with slots:
-            traj = await _run_one(task, sample, images.get(task.instance_id), agent, config, grade)
+        for attempt in range(config.host_lost_retries + 1):
+            async with slots:
+                traj, host_lost = await _run_one(task, sample, images.get(task.instance_id), agent, config, grade)
+            if not host_lost or attempt == config.host_lost_retries:
+                break
+            retried.append(traj.trajectory_id)  # the lost attempt is dropped: its sandbox's host is gone, so is its run
         traj.model = config.model_name
         await asyncio.to_thread(store.append, traj)
         produced.append(traj)
@@ -129,6 +141,7 @@ async def run_rollouts(
         produced=len(produced),
         exit_reasons=dict(sorted(reasons.items())),
         infra_failed=sum(1 for t in produced if t.infra_failed),
+        host_lost_retried=len(retried),
         resolved=sum(1 for t in produced if t.resolved),
         graded=sum(1 for t in produced if t.resolved is not None),
         generation_s=sum(t.generation_s for t in produced),
@@ -141,10 +154,11 @@ async def run_rollouts(
 
 
 async def _run_one(task: Task, sample: int, image: str | None, agent: Agent, config: RolloutConfig,
-                   grade: Callable[[Task, str, str, int], Awaitable[GradeResult]]) -> Trajectory:
+                   grade: Callable[[Task, str, str, int], Awaitable[GradeResult]]) -> tuple[Trajectory, bool]:
+    """The pair's trajectory, and whether its sandbox's host was lost (a run worth doing again elsewhere)."""
     if image is None:
         return _failed(task, sample, agent, "no environment image for this task; run `swerl images build` first "
-                       "(for a local sandbox: its repository is missing from the mirror folder)")
+                       "(for a local sandbox: its repository is missing from the mirror folder)"), False
     t0 = time.monotonic()
     sandbox = make_sandbox(config.sandbox, image, base_commit=task.base_commit)
     try:
@@ -156,7 +170,7 @@ async def _run_one(task: Task, sample: int, image: str | None, agent: Agent, con
         reason = ExitReason.infra_error if isinstance(e, SandboxError) else ExitReason.error
         traj = _failed(task, sample, agent, f"sandbox start failed: {type(e).__name__}: {e}", reason)
         traj.sandbox_s = time.monotonic() - t0
-        return traj
+        return traj, isinstance(e, HostLost)
     started = time.monotonic()
     try:
         traj = await agent.run(task, sandbox, sample_index=sample, seed=config.seed)
@@ -164,7 +178,9 @@ async def _run_one(task: Task, sample: int, image: str | None, agent: Agent, con
         t1 = time.monotonic()
         await asyncio.to_thread(sandbox.close)
     traj.sandbox_s = (started - t0) + (time.monotonic() - t1)
-    if config.grade and traj.exit_reason not in (ExitReason.error, ExitReason.infra_error):
+    if traj.exit_reason is ExitReason.infra_error:  # after a start, only a lost host ends an agent's run this way
+        return traj, True
+    if config.grade and traj.exit_reason is not ExitReason.error:
         result = await grade(task, traj.patch, image, sample)
         traj.grade_failure = result.failure_class.value if result.failure_class else None
         traj.tamper_flags = list(result.tamper_flags)
@@ -172,7 +188,7 @@ async def _run_one(task: Task, sample: int, image: str | None, agent: Agent, con
         details = result.tests.values()
         traj.fail_to_pass_passed = sum(1 for d in details if d.expected == "FAIL_TO_PASS" and d.passed)
         traj.pass_to_pass_failed = sum(1 for d in details if d.expected == "PASS_TO_PASS" and not d.passed)
-    return traj
+    return traj, False
 
 
 def _failed(task: Task, sample: int, agent: Agent, message: str, reason: ExitReason = ExitReason.error) -> Trajectory:

@@ -67,6 +67,9 @@ class SamplerConfig(BaseModel):
         description="Most share of the stage's (task, sample) pairs that may fail for infrastructure (the sandbox "
         "never started, or grading's sandbox failed); above it the stage raises InfraFailureRate (retryable), and "
         "its rerun redoes only those pairs. 0: any such failure fails the stage.")
+    host_lost_retries: int = Field(1, ge=0, le=10, description="Runs again, within the stage, of a pair whose sandbox's "
+                                   "host was lost (a pool's Docker host died): a fresh sandbox on a live host. 0: left "
+                                   "infra_error, for a rerun.")
 
     @model_validator(mode="after")
     def _one_server(self) -> SamplerConfig:
@@ -166,6 +169,7 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
         raise StageInputError(str(e)) from e
     config = RolloutConfig(
         samples=stage.samples, concurrency=sampler.concurrency, seed=stage.seed, grade=stage.grade, model_name=stage.model,
+        host_lost_retries=sampler.host_lost_retries,
         agent=sampler.agent, grading=GradingConfig(log_dir=stage.log_dir / "grading"),
         sandbox=sampler.sandbox.model_copy(deep=True),  # labelled below; the stage's own config stays as given
     )

@@ -46,12 +46,18 @@ class NetnsDockerd:
     name: str = "swerl-test-host2"
     subnet: str = "10.201.0"
     port: int = 2375
+    unix_socket: bool = False  # also listen on socket_url: reachable from any network namespace of this machine
     process: subprocess.Popen | None = None
     _lock: IO[str] | None = None
 
     @property
     def url(self) -> str:
         return f"tcp://{self.subnet}.2:{self.port}"
+
+    @property
+    def socket_url(self) -> str:
+        """The daemon's Unix socket (with ``unix_socket``): a file, so processes in other namespaces reach it too."""
+        return f"unix://{self.exec_root}/docker.sock"
 
     @property
     def data_root(self) -> Path:
@@ -98,6 +104,7 @@ class NetnsDockerd:
         log = self.log.open("ab")
         self.process = subprocess.Popen(
             ["nsenter", f"--net=/run/netns/{self.name}", "dockerd", "-H", self.url, "--data-root", str(self.data_root),
+             *(["-H", self.socket_url] if self.unix_socket else []),
              "--exec-root", str(self.exec_root), "--pidfile", str(self.exec_root / "dockerd.pid"), "--bridge=none",
              "--iptables=false", "--tls=false",  # explicit: no 15 s start-up warning delay
              # a plain-HTTP registry on this machine's side of the veth (tests/support/registry.py)
@@ -113,6 +120,11 @@ class NetnsDockerd:
                     return
             time.sleep(0.5)
         raise NamespaceUnavailable(f"dockerd did not answer at {self.url} within {wait_s:.0f}s: {self._log_tail()}")
+
+    def restart(self) -> None:
+        """Start again after ``kill``: what the dead daemon started (its containerd holds the exec root's socket) goes first."""
+        self.stop()
+        self.start()
 
     def _log_tail(self) -> str:
         return self.log.read_text(errors="replace")[-800:] if self.log.exists() else ""
@@ -166,9 +178,9 @@ class NetnsDockerd:
 
 
 @contextlib.contextmanager
-def netns_dockerd(name: str = "swerl-test-host2", subnet: str = "10.201.0") -> Iterator[NetnsDockerd]:
+def netns_dockerd(name: str = "swerl-test-host2", subnet: str = "10.201.0", unix_socket: bool = False) -> Iterator[NetnsDockerd]:
     """A second daemon for the duration of the block; NamespaceUnavailable when none can be made here."""
-    host = NetnsDockerd(name, subnet)
+    host = NetnsDockerd(name, subnet, unix_socket=unix_socket)
     try:
         host.create()
         yield host
