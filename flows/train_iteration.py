@@ -64,6 +64,8 @@ def train_iteration(objective: Objective, tasks: Path, model: str, out: Path, re
         policy = PolicyRef.of(model, policy_version)
     metrics["train/trained"] = 1.0 if outcome["trained"] else 0.0
     tr.log_metrics(tracking, run_id, metrics, step=step)
-    tr.finish_run(tracking, run_id, summary={"policy": policy.model_dump(), **summary, "reason": outcome["reason"]})
+    ran_on = sorted({where for where in rolled["ran_on"] if where})
+    tr.finish_run(tracking, run_id, summary={"policy": policy.model_dump(), **summary, "reason": outcome["reason"],
+                                             "ran_on": ran_on})
     return StageResult(policy=policy, metrics=metrics, run_id=run_id, trained=outcome["trained"], reason=outcome["reason"],
-                       behaviour=Behaviour(**rolled_out["behaviour"]))
+                       behaviour=Behaviour(**rolled_out["behaviour"]), ran_on=ran_on)

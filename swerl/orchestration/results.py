@@ -49,6 +49,8 @@ class StageResult(BaseModel):
     behaviour: Behaviour | None = Field(None, description="What the policy did in the stage's rollout (None: a "
                                         "ledger written before it was recorded; the summary then reads the rollout).")
     seconds: float | None = Field(None, ge=0, description="Wall time of the stage (set by the pipeline).")
+    ran_on: list[str] = Field(default_factory=list, description="Where its rollout chunks ran: `dask:<worker>` on a Dask "
+                              "cluster, else `<host>:<pid>` (sorted, each once).")
 
 
 class EvalResult(BaseModel):

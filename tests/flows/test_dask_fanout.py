@@ -9,48 +9,22 @@ states to the flow's API URL); the sandboxes use this machine's Docker daemon th
 from __future__ import annotations
 
 import json
-import os
-import random
-import subprocess
-import sys
-import time
-import uuid
-from pathlib import Path
 
 import pytest
 
 from tests.support import netns
-from tests.support.stacks import free_port, own_stack, prefect_api_of
+from tests.support.dask_cluster import dask_cluster
+from tests.support.stacks import own_stack, prefect_api_of
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKERS = ("worker-a", "worker-b")
-
-
-def _wait_for(check, what: str, timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{what} did not happen within {timeout_s:.0f}s")
 
 
 @pytest.fixture(scope="module")
 def hosts():
-    tag = uuid.uuid4().hex[:4]
-    made = []
-    try:
-        for i in range(2):
-            made.append(netns.make(f"swdask{tag}{i}", f"10.{210 + i}.{random.randint(1, 250)}"))
-    except (RuntimeError, FileNotFoundError) as e:
-        for ns in made:
-            netns.remove(ns)
-        netns.unavailable("network namespaces", e)
-    yield made
-    for ns in made:
-        netns.remove(ns)
+    with netns.stand_in_hosts("swdask", 210) as made:
+        yield made
 
 
 @pytest.fixture(scope="module")
@@ -63,33 +37,8 @@ def stack(hosts, tmp_path_factory):
 @pytest.fixture(scope="module")
 def cluster(hosts, stack, tmp_path_factory):
     """A Dask scheduler on this machine and one single-threaded worker in each namespace."""
-    from distributed import Client
-
-    logs = tmp_path_factory.mktemp("dask-logs")
-    address = f"tcp://{hosts[0].host_ip}:{free_port()}"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": stack.prefect_api_url, "DO_NOT_TRACK": "1",
-           "PREFECT_HOME": str(logs / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    host, port = address.removeprefix("tcp://").rsplit(":", 1)
-    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", host, "--port", port,
-                               "--no-dashboard"], cwd=ROOT, env=env, stdout=(logs / "scheduler.log").open("w"),
-                              stderr=subprocess.STDOUT)]
-    for ns, name in zip(hosts, WORKERS):
-        procs.append(subprocess.Popen(ns.argv([sys.executable, "-m", "distributed.cli.dask_worker", address, "--name", name,
-                                               "--host", ns.ip, "--nthreads", "1", "--nworkers", "1", "--no-dashboard",
-                                               "--no-nanny"]),
-                                      cwd=ROOT, env=env, stdout=(logs / f"{name}.log").open("w"), stderr=subprocess.STDOUT))
-    try:
-        with Client(address, timeout=60) as client:
-            _wait_for(lambda: len(client.scheduler_info()["workers"]) == len(WORKERS), "both Dask workers joining")
-            yield address
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+    with dask_cluster(hosts, stack.prefect_api_url, tmp_path_factory.mktemp("dask-logs"), WORKERS) as address:
+        yield address
 
 
 def _settings(stack):

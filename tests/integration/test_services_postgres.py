@@ -25,7 +25,8 @@ from typer.testing import CliRunner
 from swerl.cli import app
 from swerl.orchestration.params import TrackingParams
 from swerl.services import ServicesConfig, ServicesError, down, status, up
-from swerl.services import postgres, processes
+from swerl.services import processes
+from tests.support.stacks import query
 
 pytestmark = pytest.mark.slow
 
@@ -43,16 +44,6 @@ def free_port() -> int:
 
 def gone(pid: int) -> bool:
     return not processes.is_running(pid)
-
-
-def query(config: ServicesConfig, database: str, sql: str, args: tuple = ()) -> list[tuple]:
-    conn = postgres.connect(config, database)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall()
-    finally:
-        conn.close()
 
 
 def tables(config: ServicesConfig, database: str) -> set[str]:

@@ -7,8 +7,12 @@ Names and subnets carry a random suffix chosen by the caller; ``remove`` tears d
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import subprocess
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -80,3 +84,23 @@ def remove(ns: Namespace) -> None:
     """The namespace and its veth pair (deleting one end deletes both); safe when half made."""
     subprocess.run(["ip", "link", "delete", ns.host_if], capture_output=True)
     subprocess.run(["ip", "netns", "delete", ns.name], capture_output=True)
+
+
+@contextlib.contextmanager
+def stand_in_hosts(prefix: str, first_octet: int, count: int = 2) -> Iterator[list[Namespace]]:
+    """``count`` namespaces (``<prefix><tag><i>`` at 10.<first_octet + i>.<random>.2) for the block, removed after;
+    a test that cannot make them is skipped, or failed under SWERL_REQUIRE_DOCKER=1 (``unavailable``)."""
+    if len(prefix) > 6:  # the veth ends are named from the first 11 characters: prefix, 4 of tag, index
+        raise ValueError(f"prefix {prefix!r}: at most 6 characters")
+    tag = uuid.uuid4().hex[:4]
+    made: list[Namespace] = []
+    try:
+        try:
+            for i in range(count):
+                made.append(make(f"{prefix}{tag}{i}", f"10.{first_octet + i}.{random.randint(1, 250)}"))
+        except (RuntimeError, FileNotFoundError) as e:
+            unavailable("network namespaces", e)
+        yield made
+    finally:
+        for ns in made:
+            remove(ns)

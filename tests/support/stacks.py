@@ -48,3 +48,27 @@ def prefect_api_of(url: str) -> Iterator[str]:
         finally:
             APILogWorker.drain_all(timeout=30)
             EventsWorker.drain_all(timeout=30)
+
+
+def query(config, database: str, sql: str, args: tuple = ()) -> list[tuple]:
+    """Rows of ``sql`` in ``database`` of a ``swerl up --postgres`` stack (``config``: its ServicesConfig)."""
+    from swerl.services import postgres
+
+    conn = postgres.connect(config, database)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall()
+    finally:
+        conn.close()
+
+
+def refused(url: str) -> bool:
+    """Whether nothing listens at ``url`` any more (an OpenAI-compatible server's base URL)."""
+    import httpx
+
+    try:
+        httpx.get(url + "/models", timeout=5)
+    except httpx.ConnectError:
+        return True
+    return False
