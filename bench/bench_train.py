@@ -29,7 +29,12 @@ Builds tiny random Qwen2 policies with a 32k vocabulary (``init_tiny``) in a tem
    utilisation, 6 x params x tokens / step time / ``--peak-tflops``. On a GPU: a ~0.5B
    Qwen2-shaped random model (vocab 151936, hidden 896) at ``--gpu-lengths``, bf16 autocast;
    on CPU: a small random Qwen2 (vocab 32768, hidden 256) at ``--cpu-lengths`` in fp32, where
-   only the ratios mean something (no MFU).
+   only the ratios mean something (no MFU). A fourth trainer, 'compiled layers', adds
+   ``TrainerConfig.compile_layers`` to the compiled head; MFU is printed as 6 x params x tokens
+   and again with causal attention's products (6 x layers x hidden x n^2) counted.
+   ``--profile VARIANT [--trace FILE]`` then profiles one step (top kernels; a chrome trace);
+   ``--variants`` keeps some trainers; ``--cudnn-attention`` and ``--compile-what-if`` are
+   what-ifs the trainer does not offer (README: what they gave on an H100).
 
 Ratios are against baselines measured in the same run; nothing is asserted about time.
 CPU figures are noisy on a shared machine: the load average is printed with each section.
@@ -403,7 +408,7 @@ def step_section(args, work: Path, qwen_config, device: str, lengths: list[int])
                     sync(device)
 
                 steps[head_name] = step
-            params = sum(p.numel() for p in trainers['fused'].policy.parameters())
+            params = sum(p.numel() for p in next(iter(trainers.values())).policy.parameters())
             times = interleaved(steps, args.gpu_steps)  # one warm-up step each, then rounds over the heads
             peaks = {k: peak_allocated_bytes(fn, device) for k, fn in steps.items()} if cuda else {}
         except torch.cuda.OutOfMemoryError:
@@ -423,7 +428,7 @@ def step_section(args, work: Path, qwen_config, device: str, lengths: list[int])
                    f"{with_attention / sec / (args.peak_tflops * 1e12) * 100:5.1f}% with attention") if cuda else ""
             peak = f"step's peak above resident {peaks[head_name] / 2**30:5.1f} GiB" if cuda else ""
             print(f"{n:6d} tokens, {head_name:15s}: median {sec:7.3f} s  {n / sec:8.0f} tokens/s  {mfu}  {peak}")
-        for name in ("fused", "fused+compile", "compiled layers"):
+        for name in [k for k in seconds if k != "checkpointed" and "checkpointed" in seconds]:
             print(f"{n:6d} tokens: {name} / checkpointed step time x{seconds[name] / seconds['checkpointed']:.2f}")
     print()
 
@@ -446,9 +451,38 @@ def profile_section(args, work: Path, qwen_config, device: str, n: int) -> None:
                 trainer.train_step(batch)
             sync(device)
     trainer.close()
+    if args.trace:
+        prof.export_chrome_trace(str(args.trace))
+        print(f"chrome trace of the step: {args.trace}")
     sort = "cuda_time_total" if device.startswith("cuda") else "cpu_time_total"
     print(f"### 4c. one DAPO step, head {args.profile}, {n} tokens: top kernels by {sort}")
     print(prof.key_averages().table(sort_by=sort, row_limit=25, max_name_column_width=70))
+
+
+def what_ifs(args) -> None:
+    """Section 4's what-ifs (``--cudnn-attention``, ``--compile-what-if``) and ``--variants``, for the rest of the run."""
+    if args.cudnn_attention:
+        import contextlib
+
+        import swerl.train.step as step_module
+
+        mock.patch.object(step_module, "sdpa_without_cudnn", lambda device: contextlib.nullcontext()).start()
+        print("what-if: SDPA may pick cuDNN's attention in the DAPO steps below\n")
+    if args.compile_what_if:
+        import swerl.train.torch_trainer as trainer_module
+
+        def compile_instead(model) -> int:
+            if args.compile_what_if == "decoder":
+                model.get_decoder().compile(dynamic=None)
+            else:
+                for layer in model.get_decoder().layers:
+                    layer.compile(mode="reduce-overhead")
+            return 1
+
+        mock.patch.object(trainer_module, "compile_decoder_layers", compile_instead).start()
+        print(f"what-if: 'compiled layers' compiles {args.compile_what_if}\n")
+    for name in set(STEP_VARIANTS) - set(args.variants or STEP_VARIANTS):
+        del STEP_VARIANTS[name]
 
 
 def main() -> None:
@@ -464,6 +498,13 @@ def main() -> None:
     ap.add_argument("--cpu-lengths", type=int, nargs="+", default=[1024, 2048], help="section 4 on CPU")
     ap.add_argument("--gpu-steps", type=int, default=3, help="timed repetitions per variant in section 4")
     ap.add_argument("--gpu-checkpointing", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--cudnn-attention", action="store_true", help="section 4 what-if: let SDPA pick cuDNN's attention "
+                    "(the trainer keeps it out: it re-plans every new shape, 3x slower on varying micro-batches)")
+    ap.add_argument("--compile-what-if", choices=["decoder", "layers-cudagraphs"], help="section 4 what-if for the "
+                    "'compiled layers' trainer: compile the whole decoder as one graph, or each layer with CUDA graphs "
+                    "(mode reduce-overhead)")
+    ap.add_argument("--variants", nargs="+", choices=sorted(STEP_VARIANTS), help="section 4b: only these trainers")
+    ap.add_argument("--trace", type=Path, help="with --profile: also write the step's chrome trace here")
     ap.add_argument("--head-alone", action=argparse.BooleanOptionalAction, default=True, help="section 4a (the head alone)")
     ap.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3, 4])
     ap.add_argument("--profile", choices=sorted(STEP_VARIANTS), help="section 4: after the table, profile one DAPO step with this "
@@ -491,6 +532,8 @@ def main() -> None:
         memory_section(args, mem_model, 128, 2)
     if 3 in args.sections:
         deepspeed_section(args, step_model)
+    if 4 in args.sections:
+        what_ifs(args)
     if 4 in args.sections:
         if torch.cuda.is_available():
             print("## 4. the log-prob head: checkpointed (previous) against fused, ~0.5B Qwen2 shapes, bf16 autocast\n")

@@ -187,11 +187,12 @@ def sequence_action_logprobs(
     if getattr(head, "bias", None) is not None or getattr(model.config, "final_logit_softcapping", None):
         raise ValueError(f"{type(model).__name__}: a head with a bias or logit soft-capping is not supported")
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    # nonzero waits for the device: ask before the decoder's kernels are queued, not after (a GPU idle in between)
+    rows, cols = mask.nonzero(as_tuple=True)  # action token (b, t), predicted from (b, t - 1)
     # no KV cache: a scoring pass never decodes on, and a cache would copy every layer's keys and values
     # (and, under torch.compile, re-specialise each layer on its cache slot)
     hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state  # [B, T, H]
     batch, length = input_ids.shape
-    rows, cols = mask.nonzero(as_tuple=True)  # action token (b, t), predicted from (b, t - 1)
     targets = torch.cat([input_ids[:, 1:], input_ids[:, :1]], dim=1).reshape(-1)  # targets[b*T + t] = input_ids[b, t + 1]
     lp, ent = action_logprobs_and_entropy(hidden.reshape(batch * length, -1), head.weight, targets,
                                           rows * length + cols - 1, chunk_size, temperature, compiled=compiled)
