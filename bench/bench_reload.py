@@ -25,25 +25,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support, w
 from tests.support.checkpoints import moved_checkpoint  # noqa: E402
 
 
-def main() -> None:
+def measure_reloads(model: Path, updates: int, work: Path) -> dict:
+    """Start ``serve_vllm`` on ``model``, reload ``updates`` moved checkpoints into it in place (each followed by
+    one request), then start a fresh server on the last checkpoint. Returns the seconds of each."""
     from swerl.inference.base import GenerationRequest
     from swerl.inference.config import OpenAIEngineConfig
     from swerl.inference.openai_engine import OpenAIEngine, served_models
     from swerl.inference.vllm_server import serve_vllm
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--updates", type=int, default=4)
-    ap.add_argument("--model", type=Path, default=None, help="Model folder (default: a fresh tiny policy).")
-    args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="swerl-bench-reload-"))
-    if args.model is None:
-        from swerl.models import init_tiny
-
-        args.model = init_tiny(work / "tiny")
-    checkpoints = [moved_checkpoint(args.model, work / f"step-{k}", k, scale=0.1).resolve() for k in range(1, args.updates + 1)]
-
+    checkpoints = [moved_checkpoint(model, work / f"step-{k}", k, scale=0.1).resolve() for k in range(1, updates + 1)]
     t0 = time.perf_counter()
-    with serve_vllm(args.model, log_path=work / "server.log", startup_timeout_s=600) as url:
+    with serve_vllm(model, log_path=work / "server.log", startup_timeout_s=600) as url:
         start_s = time.perf_counter() - t0
         engine = OpenAIEngine(OpenAIEngineConfig(base_url=url, model=served_models(url)[0]))
         reloads, firsts = [], []
@@ -60,13 +52,30 @@ def main() -> None:
     t0 = time.perf_counter()
     with serve_vllm(checkpoints[-1], log_path=work / "restart.log", startup_timeout_s=600):
         restart_s = time.perf_counter() - t0
+    return {"reloads": reloads, "firsts": firsts, "start_s": start_s, "restart_s": restart_s}
 
+
+def report(figures: dict, what: str) -> list[str]:
     med = statistics.median
-    print(f"# policy updates on one vLLM server ({args.updates} checkpoints of {args.model.name})\n")
-    print(f"in-place reload per update   median {med(reloads):6.2f} s  (min {min(reloads):.2f}, max {max(reloads):.2f})")
-    print(f"first request after a reload median {med(firsts):6.2f} s")
-    print(f"fresh server on a checkpoint        {restart_s:6.2f} s  (the first start: {start_s:.2f} s)")
-    print(f"reload / restart = {med(reloads) / restart_s:.3f}x")
+    reloads = figures["reloads"]
+    return [f"# policy updates on one vLLM server ({len(reloads)} checkpoints of {what})\n",
+            f"in-place reload per update   median {med(reloads):6.2f} s  (min {min(reloads):.2f}, max {max(reloads):.2f})",
+            f"first request after a reload median {med(figures['firsts']):6.2f} s",
+            f"fresh server on a checkpoint        {figures['restart_s']:6.2f} s  (the first start: {figures['start_s']:.2f} s)",
+            f"reload / restart = {med(reloads) / figures['restart_s']:.3f}x"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--updates", type=int, default=4)
+    ap.add_argument("--model", type=Path, default=None, help="Model folder (default: a fresh tiny policy).")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="swerl-bench-reload-"))
+    if args.model is None:
+        from swerl.models import init_tiny
+
+        args.model = init_tiny(work / "tiny")
+    print("\n".join(report(measure_reloads(args.model, args.updates, work), args.model.name)))
 
 
 if __name__ == "__main__":
