@@ -146,6 +146,8 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
     from swerl.stages.policy_server import policy_server
 
     inputs = prepare_inputs(params)
+    if params.sampler.grade_cache is None:  # the stages share verdicts: a fix graded once is not graded again
+        params = params.model_copy(update={"sampler": params.sampler.model_copy(update={"grade_cache": params.run_dir / "grades"})})
     # sampler.serve: one vLLM server for the whole run, on the starting policy; stopped at the end, on failure too
     with policy_server(params, inputs["model"], params.run_dir) as params:
         return _pipeline(params, inputs)

@@ -13,7 +13,6 @@ infrastructure error are never cached: they say nothing about the task.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ from swerl.data.filters import flaky_tests
 from swerl.data.task import Task
 from swerl.grading.grader import GradingConfig, grade_many
 from swerl.grading.results import FailureClass, GradeResult
+from swerl.grading.verdict_store import JsonVerdictStore, content_key, grading_settings
 
 GOLD, EMPTY = "gold", "empty"
 
@@ -47,36 +47,14 @@ def default_cache_dir() -> Path:
 
 def verdict_key(task: Task, image: str, config: ValidationConfig) -> str:
     """What a verdict depends on: the task record, the image tag, the gold runs, the grading settings."""
-    grading = config.grading.model_dump(mode="json", exclude={"log_dir"})
-    grading["sandbox"].pop("run_id", None)
-    h = hashlib.sha256(b"swerl-validation-v1\0")
-    for part in (task.model_dump_json(), image, str(config.runs), json.dumps(grading, sort_keys=True)):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()
+    return content_key("swerl-validation-v1", task, image, str(config.runs), grading_settings(config.grading))
 
 
-class VerdictCache:
-    """One JSON file per verdict, written atomically, so concurrent or crashed runs never see half a file."""
+class VerdictCache(JsonVerdictStore["TaskValidation"]):
+    """Task verdicts, one JSON file each (see :class:`JsonVerdictStore`)."""
 
     def __init__(self, root: Path):
-        self.root = Path(root)
-
-    def _path(self, key: str) -> Path:
-        return self.root / key[:2] / f"{key}.json"
-
-    def get(self, key: str) -> TaskValidation | None:
-        try:
-            return TaskValidation.model_validate_json(self._path(key).read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # absent or unreadable: validate again
-            return None
-
-    def put(self, key: str, verdict: TaskValidation) -> None:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(verdict.model_dump_json(), encoding="utf-8")
-        os.replace(tmp, path)
+        super().__init__(root, TaskValidation)
 
 
 class TaskValidation(BaseModel):

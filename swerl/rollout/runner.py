@@ -13,7 +13,9 @@ infrastructure failures, which are redone); whether too many pairs failed for
 infrastructure is the caller's call (``swerl.stages.rollout`` fails the stage as
 retryable). A patch already graded for the same task in this run is not graded again: a
 fresh sandbox of the same image runs the same tests on the same tree, so the verdict is
-the same, and a converging policy submits the same fix many times.
+the same, and a converging policy submits the same fix many times; with ``grade_cache`` the
+verdicts outlive the call, keyed by the whole task record, the image tag, the patch and the
+grading settings, so the stages of a pipeline share them.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from swerl.envs.factory import SandboxConfig, make_sandbox
 from swerl.envs.sandbox import HostLost, SandboxError
 from swerl.grading.grader import GradingConfig, grade_prediction
 from swerl.grading.results import GradeResult
+from swerl.grading.verdict_store import JsonVerdictStore, content_key, grading_settings
 from swerl.inference.base import InferenceEngine
 from swerl.rollout.store import TrajectoryStore
 
@@ -63,6 +66,9 @@ class RolloutConfig(BaseModel):
     )
     grading: GradingConfig = Field(default_factory=GradingConfig)
     reuse_grades: bool = Field(True, description="Grade each distinct (task, patch) once per run and reuse the verdict for repeats.")
+    grade_cache: Path | None = Field(None, description="With reuse_grades: a folder of verdicts kept by task record, image, "
+                                     "patch and grading settings, shared by every rollout that names it (a pipeline's "
+                                     "stages), so a patch graded in an earlier stage is not graded again. None: this call only.")
     host_lost_retries: int = Field(1, ge=0, le=10, description="Runs again, in a fresh sandbox on a live host, of a pair whose "
                                    "sandbox's host was lost (HostLost); 0 leaves it infra_error, for a rerun of the stage.")
     model_name: str = Field("", description="Recorded on every trajectory (model path or name).")
@@ -79,6 +85,7 @@ class RolloutSummary(BaseModel):
     host_lost_retried: int = Field(0, description="Pairs run again because their sandbox's host was lost (each counted per rerun).")
     resolved: int
     graded: int
+    grades_run: int = Field(0, description="Gradings run in a sandbox by this call; the other graded trajectories reused a verdict.")
     generation_s: float
     environment_s: float
     sandbox_s: float
@@ -107,15 +114,28 @@ async def run_rollouts(
     loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=config.concurrency + 4, thread_name_prefix="swerl-rollout"))
     produced: list[Trajectory] = []
     verdicts: dict[tuple[str, str], asyncio.Future] = {}
+    kept = JsonVerdictStore(config.grade_cache, GradeResult) if config.grade_cache and config.reuse_grades else None
+    settings = grading_settings(config.grading)
+    ran: list[str] = []
+
+    def graded(task: Task, patch: str, digest: str, image: str, sample: int) -> GradeResult:
+        key = content_key("swerl-grade-v1", task, image, digest, settings)
+        if kept is not None and (hit := kept.get(key)) is not None:
+            return hit
+        ran.append(task.instance_id)
+        result = grade_prediction(task, patch, image, config.grading, model_name=config.model_name or agent.engine.name,
+                                  log_subdir=f"sample-{sample}")
+        if kept is not None and not result.is_infra_error:  # an infrastructure failure says nothing about the patch
+            kept.put(key, result)
+        return result
 
     async def grade(task: Task, patch: str, image: str, sample: int) -> GradeResult:
-        key = (task.instance_id, hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest())
-        known = verdicts.get(key)
+        digest = hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()
+        known = verdicts.get((task.instance_id, digest))
         stale = known is not None and known.done() and (known.exception() is not None or known.result().is_infra_error)
         if not config.reuse_grades or known is None or stale:
-            known = verdicts[key] = asyncio.ensure_future(asyncio.to_thread(
-                grade_prediction, task, patch, image, config.grading, model_name=config.model_name or agent.engine.name,
-                log_subdir=f"sample-{sample}"))
+            known = verdicts[(task.instance_id, digest)] = asyncio.ensure_future(
+                asyncio.to_thread(graded, task, patch, digest, image, sample))
         return await asyncio.shield(known)
 
     retried: list[str] = []
@@ -144,6 +164,7 @@ async def run_rollouts(
         host_lost_retried=len(retried),
         resolved=sum(1 for t in produced if t.resolved),
         graded=sum(1 for t in produced if t.resolved is not None),
+        grades_run=len(ran),
         generation_s=sum(t.generation_s for t in produced),
         environment_s=sum(t.environment_s for t in produced),
         sandbox_s=sum(t.sandbox_s for t in produced),

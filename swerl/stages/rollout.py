@@ -70,6 +70,9 @@ class SamplerConfig(BaseModel):
     host_lost_retries: int = Field(1, ge=0, le=10, description="Runs again, within the stage, of a pair whose sandbox's "
                                    "host was lost (a pool's Docker host died): a fresh sandbox on a live host. 0: left "
                                    "infra_error, for a rerun.")
+    grade_cache: Path | None = Field(None, description="A folder of grading verdicts shared by every stage that names it, "
+                                     "keyed by task record, image, patch and grading settings: a patch graded once is not "
+                                     "graded again (a pipeline uses RUN_DIR/grades). None: shared within a stage only.")
 
     @model_validator(mode="after")
     def _one_server(self) -> SamplerConfig:
@@ -169,7 +172,7 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
         raise StageInputError(str(e)) from e
     config = RolloutConfig(
         samples=stage.samples, concurrency=sampler.concurrency, seed=stage.seed, grade=stage.grade, model_name=stage.model,
-        host_lost_retries=sampler.host_lost_retries,
+        host_lost_retries=sampler.host_lost_retries, grade_cache=sampler.grade_cache,
         agent=sampler.agent, grading=GradingConfig(log_dir=stage.log_dir / "grading"),
         sandbox=sampler.sandbox.model_copy(deep=True),  # labelled below; the stage's own config stays as given
     )

@@ -106,6 +106,25 @@ def test_a_patch_already_graded_for_the_task_is_not_graded_again(demo_tasks, dem
             assert t.fail_to_pass_passed == len(task.FAIL_TO_PASS) and t.pass_to_pass_failed == 0
 
 
+def test_a_grade_cache_shared_by_two_rollouts_grades_each_patch_once_across_them(demo_tasks, demo_images, tok, chat, tmp_path):
+    task = demo_tasks[DURATIONS]
+    engine = ScriptedEngine(tok, {DURATIONS: script_from_patch(task.patch)})
+    kept = tmp_path / "grades"
+
+    def roll(name: str, **grading) -> tuple:
+        config = RolloutConfig(samples=2, concurrency=2, grade_cache=kept, grading=GradingConfig(log_dir=tmp_path / name, **grading))
+        summary = rollout([task], demo_images, engine, chat, config, tmp_path / name / "traj")
+        return summary.resolved, summary.graded, summary.grades_run
+
+    assert roll("first") == (2, 2, 1)  # one sandbox for the two identical patches
+    assert roll("second") == (2, 2, 0)  # a later stage: the verdict is on disk
+    assert len(list(kept.rglob("*.json"))) == 1
+    assert roll("other-settings", test_timeout_s=600.0) == (2, 2, 1)  # other grading settings: graded again
+    for entry in kept.rglob("*.json"):
+        entry.write_text("{not json", encoding="utf-8")  # a damaged entry is graded again, never trusted
+    assert roll("damaged") == (2, 2, 1)
+
+
 def test_an_evaluation_with_one_sandbox_start_in_three_failing_retries_and_scores_only_real_runs(
         demo, demo_tasks, tiny_model_dir, tmp_path, run_id):
     stage = RolloutStage(tasks=demo.tasks_file, repos=demo.repos_dir, model=str(tiny_model_dir), out=tmp_path / "eval",
