@@ -53,6 +53,8 @@ def parse_action(reply: str) -> Action:
     command = blocks[0][1].rstrip("\n")
     if not command.strip():
         raise FormatError("no command found: the fenced block is empty")
+    if "\x00" in command:  # no shell command can hold one: refused here, never sent to the sandbox
+        raise FormatError("the command contains a NUL byte (\\0), which no shell command can hold; remove it")
     thought = reply[: FENCE.search(reply).start()].strip()
     action = Action(thought=thought, command=command)
     refuse_interactive(action)

@@ -148,7 +148,7 @@ class Agent:
         except Exception as e:  # a bug must not take the batch down; it is recorded and visible
             traj.exit_reason, traj.error = ExitReason.error, f"unexpected {type(e).__name__}: {e}"
         if traj.exit_reason is ExitReason.submitted or (cfg.collect_patch_on_exit and traj.exit_reason not in (
-                ExitReason.error, ExitReason.infra_error)):
+                ExitReason.error, ExitReason.infra_error, ExitReason.sandbox_broken)):
             try:
                 traj.patch = await asyncio.to_thread(sandbox.diff)
             except SandboxError as e:
@@ -210,7 +210,13 @@ class Agent:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return ExitReason.timeout
-                observation = await self._execute(sandbox, shell, turn, action.command, min(cfg.command_timeout_s, remaining))
+                try:
+                    observation = await self._execute(sandbox, shell, turn, action.command, min(cfg.command_timeout_s, remaining))
+                except HostLost:
+                    raise
+                except SandboxError as e:  # its own command broke it (killed the runner, ...): no way out of a score
+                    traj.error = f"{type(e).__name__}: {e}"
+                    return ExitReason.sandbox_broken
             turn.observation = observation
             if index == cfg.max_turns - 1:
                 break

@@ -25,9 +25,12 @@ class ExitReason(str, Enum):
     context_exceeded = "context_exceeded"  # the next turn would not fit in the context window
     timeout = "timeout"  # the per-trajectory wall-clock deadline passed
     format_errors = "format_errors"  # too many replies in a row without exactly one command
-    # the run broke part way (engine failure, sandbox failure mid-run, a bug): retried by a rerun; it may be
-    # the policy's doing (a command can kill the sandbox's runner), so evaluation counts it unresolved
+    # the run broke part way outside the policy's commands (the engine failed, the final diff could not be
+    # read, a bug): retried by a rerun; evaluation counts it unresolved
     error = "error"
+    # a command of the policy broke its sandbox (killed the runner, exhausted the container) after it acted:
+    # the policy's doing, so it is scored as an unresolved run and never dropped as an infrastructure error
+    sandbox_broken = "sandbox_broken"
     # the sandbox never started (or its tools could not be installed): the policy never acted, so the pair
     # is infrastructure-failed (see ``is_infra_failure``)
     infra_error = "infra_error"

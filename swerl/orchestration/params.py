@@ -103,6 +103,8 @@ class EvalParams(BaseModel):
 
     runs: int = Field(2, ge=1, le=1024, description="Independent runs per task (k; the paper: 10).")
     evaluate_start: bool = Field(True, description="Evaluate the starting policy too (the curve's first point).")
+    every_iteration: bool = Field(True, description="Evaluate after every DAPO iteration; False: after the last one only "
+                                  "(the curve is start, RFT, last iteration; one evaluation saved per other iteration).")
     promote: bool = Field(True, description="Move the `champion` alias to an evaluated checkpoint whose Pass@1 is strictly "
                           "better than the champion's (a tie keeps the champion).")
 

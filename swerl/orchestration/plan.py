@@ -72,8 +72,10 @@ def stage_plan(params: PipelineParams) -> list[PlanStep]:
         objective = RFTIteration(rft=params.rft)
         plan += [TrainStep(name="rft", objective=objective, flow="rft", step=1, engine=objective.sampler_of(params.sampler).engine),
                  EvalStep(name="eval-rft", step=1, row="rft", after="rft")]
-    for k in range(1, params.dapo.iterations + 1):
-        plan += [TrainStep(name=f"iter-{k}", objective=DAPOIteration(dapo=params.dapo, iteration=k), flow="dapo_iteration",
-                           step=1 + k, engine=params.sampler.engine),
-                 EvalStep(name=f"eval-iter-{k}", step=1 + k, row=f"iter-{k}", after=f"iter-{k}")]
+    last = params.dapo.iterations
+    for k in range(1, last + 1):
+        plan.append(TrainStep(name=f"iter-{k}", objective=DAPOIteration(dapo=params.dapo, iteration=k), flow="dapo_iteration",
+                              step=1 + k, engine=params.sampler.engine))
+        if params.eval.every_iteration or k == last:
+            plan.append(EvalStep(name=f"eval-iter-{k}", step=1 + k, row=f"iter-{k}", after=f"iter-{k}"))
     return plan

@@ -24,7 +24,7 @@ response_ids         list<int32>      replies and turn suffixes, in order
 action_mask          list<int8>       1 = sampled by the policy, 0 = environment/template
 logprobs             list<float32>    sampler log-prob on action tokens, 0 elsewhere
 exact_ids            bool             false if an HTTP engine forced re-tokenization
-exit_reason          string           submitted | max_turns | context_exceeded | timeout | format_errors | error | infra_error
+exit_reason          string           submitted | max_turns | context_exceeded | timeout | format_errors | sandbox_broken | error | infra_error
 error                string (null)    infrastructure error message
 patch                string           git diff at the end of the run
 num_turns            int32            replies given

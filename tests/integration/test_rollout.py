@@ -93,6 +93,29 @@ def test_tiny_model_rollouts_run_to_completion_with_exact_tokens(demo_tasks, dem
         assert rendered.startswith(text) and rendered[len(text):] in ("", "\n", chat.assistant_end)
 
 
+def test_a_policy_that_breaks_its_own_sandbox_scores_zero_and_is_never_dropped_as_infrastructure(demo_tasks, demo_images, tok,
+                                                                                                chat, tmp_path):
+    from swerl.rl.rewards import RewardConfig, score_trajectory
+
+    task = demo_tasks[DURATIONS]
+    # each kills what runs its commands, after a first command that worked: the runner, then the whole container
+    attacks = {"runner": ["ls", "kill -9 $PPID; sleep 5", "submit"], "container": ["ls", "kill -9 -1; kill -9 1; sleep 5", "submit"]}
+    for name, script in attacks.items():
+        config = RolloutConfig(samples=1, concurrency=1, agent=AgentConfig(max_turns=5, command_timeout_s=20),
+                               grading=GradingConfig(log_dir=tmp_path / name / "g"))
+        engine = ScriptedEngine(tok, {DURATIONS: [cmd(c) for c in script]})
+        summary = rollout([task], demo_images, engine, chat, config, tmp_path / name / "traj")
+        (t,) = TrajectoryStore(tmp_path / name / "traj").trajectories()
+        assert (t.exit_reason, t.resolved, t.infra_failed, t.num_turns) == (ExitReason.sandbox_broken, False, False, 2), name
+        assert t.error.startswith(("RunnerFailed", "SandboxError")) and summary.exit_reasons == {"sandbox_broken": 1}
+        for error_policy in ("drop", "keep"):  # the policy's own doing whatever the policy for infrastructure errors
+            scored = score_trajectory(t, RewardConfig(error_policy=error_policy))
+            assert (scored.use, scored.reward) == ("keep", 0.0)
+        # a rerun does not give it another try: the run is finished
+        again = rollout([task], demo_images, engine, chat, config, tmp_path / name / "traj")
+        assert (again.produced, again.skipped) == (0, 1)
+
+
 def test_a_patch_already_graded_for_the_task_is_not_graded_again(demo_tasks, demo_images, tok, chat, tmp_path):
     task = demo_tasks[DURATIONS]
     engine = ScriptedEngine(tok, {DURATIONS: script_from_patch(task.patch)})

@@ -39,3 +39,9 @@ def test_format_errors_explain_what_to_do(reply, message):
 
 def test_a_python_heredoc_is_not_interactive():
     assert parse_action("```\npython3 <<'EOF'\nprint(1)\nEOF\n```").name == "python3"
+
+
+def test_a_command_holding_a_nul_byte_is_a_format_error_never_sent_to_the_sandbox():
+    # a NUL cannot be part of a shell command: sent on, it would break the sandbox's runner instead of the command
+    with pytest.raises(FormatError, match=r"^the command contains a NUL byte \(\\0\), which no shell command can hold; remove it$"):
+        parse_action("Look.\n```\ncat a\x00b.py\n```")

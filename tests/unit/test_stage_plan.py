@@ -39,3 +39,12 @@ def test_without_the_start_s_evaluation_or_rft_only_the_iterations_remain():
                                      dapo={"iterations": 1}))
     assert [s.name for s in plan] == ["iter-1", "eval-iter-1"]
     assert stage_plan(PipelineParams(rft={"sampler": {"engine": "scripted"}}, dapo={"iterations": 0}))[2].engine == "scripted"
+
+
+def test_evaluating_the_last_iteration_only_drops_the_other_iterations_evaluations_not_their_training():
+    plan = stage_plan(PipelineParams(dapo={"iterations": 3}, eval={"every_iteration": False}))
+    assert [s.name for s in plan] == ["start-policy", "eval-start", "rft", "eval-rft", "iter-1", "iter-2", "iter-3",
+                                      "eval-iter-3"]
+    assert (plan[-1].row, plan[-1].after, plan[-1].step) == ("iter-3", "iter-3", 4)
+    assert [s.name for s in stage_plan(PipelineParams(dapo={"iterations": 0}, eval={"every_iteration": False}))] == [
+        "start-policy", "eval-start", "rft", "eval-rft"]
