@@ -40,3 +40,25 @@ def init_tiny_cmd(
     init_tiny(out, config, overwrite=force)
     card = json.loads((out / MODEL_CARD).read_text())
     console.print(f"tiny model: {card['parameters']:,} parameters, vocab {card['vocab_size']}, in {out}")
+
+
+@model_app.command("ship")
+def ship_cmd(
+    run: Path = typer.Option(..., "--run", help="Pipeline run folder whose warm-start checkpoint to ship (RUN_ROOT/NAME)."),
+    out: Path = typer.Option(..., "--out", help="Folder in the repository for the shipped policy (replaced whole)."),
+    recipe: Path = typer.Option(..., "--recipe", help="The pipeline parameters that made the run (recorded by digest)."),
+    command: str = typer.Option("bash scripts/make_shipped_policy.sh", "--command", help="The command that remakes it."),
+    tolerance: float = typer.Option(1e-5, "--tolerance", min=0.0, help="Largest |weight difference| a regeneration may show."),
+) -> None:
+    """Ship a run's warm-started policy: its checkpoint's loadable files and a recipe.json of where it came from."""
+    from swerl.models.shipped import ShipError, ship_policy
+
+    if not recipe.is_file():
+        console.print(f"[bold red]error:[/] --recipe {recipe} is not a file")
+        raise typer.Exit(2)
+    try:
+        made = ship_policy(run, out, recipe, command, tolerance)
+    except ShipError as e:
+        console.print(f"[bold red]error:[/] {e}")
+        raise typer.Exit(2)
+    console.print(f"shipped {made['checkpoint']} of {run} to {out} (model.safetensors sha256 {made['files']['model.safetensors'][:12]})")

@@ -275,6 +275,30 @@ def pass_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def rise_lines(per_task: Mapping[str, Mapping[str, Sequence[bool | None]]]) -> list[str]:
+    """The rises of held-out Pass@1 a learning run is judged by, start -> RFT and RFT -> the last evaluated
+    iteration, each in points and in standard errors paired over tasks (which tasks were drawn counts too).
+
+    ``per_task``: each evaluated stage's ``{instance_id: [resolved per run]}``, in the order the stages ran.
+    """
+    from swerl.eval.metrics import paired_difference
+
+    stages = list(per_task)
+    last = next((s for s in reversed(stages) if s.startswith("iter-")), None)
+    lines = []
+    for before, after in (("start", "rft"), ("rft", last)):
+        if before not in per_task or after not in per_task:
+            continue
+        try:
+            rise, sem = paired_difference(per_task[before], per_task[after])
+        except ValueError:  # different task sets (a resumed run with other tasks): no paired figure
+            continue
+        ratio = f"{rise / sem:+.1f} SE" if sem else "no spread"
+        lines.append(f"held-out Pass@1 {before} -> {after}: {100 * rise:+.1f} points, {ratio} paired over "
+                     f"{len(per_task[before])} tasks (SE {100 * sem:.1f} points)")
+    return lines
+
+
 def summary_markdown(name: str, stages: Sequence[StageFacts], where: Sequence[str]) -> str:
     """The summary as a Prefect markdown artifact: a table of stages, the verdict, where to look."""
     cell = lambda text: text.replace("|", "\\|")  # noqa: E731 - a table cell must not end the row

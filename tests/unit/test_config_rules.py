@@ -74,7 +74,7 @@ def test_a_length_penalty_no_run_can_reach_is_refused_unless_switched_off():
 
 def test_the_window_of_the_paper_and_of_the_embedded_default_fit_their_turn_limits():
     assert PipelineParams().dapo.reward.t_max == PipelineParams().sampler.agent.max_turns == 40
-    check_turn_window(4, RewardConfig(l_thr=1, t_max=5))  # deployments/prefect.yaml's pipeline
+    check_turn_window(4, RewardConfig(l_thr=1, t_max=5))  # a 4-turn agent with the length penalty on
 
 
 def test_without_dapo_iterations_the_reward_window_is_not_checked():

@@ -230,3 +230,17 @@ Traceback (most recent call last):
 ValueError: x"""
     assert tail([traceback], 4) == ["Traceback (most recent call last):", '  File "/repo/flows/pipeline.py", line 9, in '
                                     'keep_valid_tasks', '    raise ValueError("x")', "ValueError: x"]
+
+
+def test_the_rises_are_start_to_rft_and_rft_to_the_last_iteration_in_points_and_paired_standard_errors():
+    from swerl.orchestration.summary import rise_lines
+
+    start = {"a": [False, False], "b": [False, True], "c": [False, False], "d": [True, True]}
+    rft = {"a": [True, True], "b": [True, True], "c": [False, False], "d": [True, True]}
+    last = {"a": [True, True], "b": [True, True], "c": [True, False], "d": [True, True]}
+    # per-task changes 1, 0.5, 0, 0: mean 0.375, sample SD 0.4787, SE 0.2394; then 0, 0, 0.5, 0: 0.125, SE 0.125
+    assert rise_lines({"start": start, "rft": rft, "iter-1": rft, "iter-2": last}) == [
+        "held-out Pass@1 start -> rft: +37.5 points, +1.6 SE paired over 4 tasks (SE 23.9 points)",
+        "held-out Pass@1 rft -> iter-2: +12.5 points, +1.0 SE paired over 4 tasks (SE 12.5 points)"]
+    assert rise_lines({"start": start, "rft": start}) == ["held-out Pass@1 start -> rft: +0.0 points, no spread paired over 4 tasks (SE 0.0 points)"]
+    assert rise_lines({"rft": rft, "iter-1": {"z": [True]}}) == []  # other tasks: nothing paired to say
