@@ -55,6 +55,7 @@ def ship_policy(run_dir: Path, out: Path, recipe_file: Path, command: str, toler
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    staging.chmod(0o755)  # a folder in the repository, not a private temp dir
     for name in POLICY_FILES:
         shutil.copyfile(checkpoint / name, staging / name)
     recipe = {

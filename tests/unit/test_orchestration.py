@@ -12,7 +12,7 @@ from swerl.agent.trajectory import ExitReason, Trajectory
 from swerl.eval.report import build_report
 from swerl.orchestration.ledger import Ledger
 from swerl.orchestration.metrics import eval_metrics, prefixed, rollout_metrics, stage_row, table_rows, train_metrics
-from swerl.orchestration.params import PipelineParams
+from swerl.orchestration.params import EvaluateParams, PipelineParams
 from swerl.rl.rewards import RewardConfig
 
 
@@ -185,7 +185,12 @@ def test_the_pipeline_deployment_parameters_are_valid_pipeline_parameters():
     spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "deployments/prefect.yaml").read_text())
     by_name = {d["name"]: d for d in spec["deployments"]}
     p = PipelineParams.model_validate(by_name["pipeline"]["parameters"]["params"])
-    assert (p.name, p.dapo.iterations, p.rft.sampler.engine) == ("demo", 2, "scripted")
+    assert (p.name, p.dapo.iterations, p.rft.sampler, p.model) == ("demo", 2, None, "swerl/models/resources/tiny-warm-s0")
+    # the curriculum the shipped policy was warm-started beside: its held-out tasks are ones it never saw
+    recipe = PipelineParams.model_validate(yaml.safe_load((Path(__file__).resolve().parents[2] / "deployments/warm-start.yaml").read_text()))
+    assert (p.curriculum, p.sampler) == (recipe.curriculum, recipe.sampler)
+    nightly = EvaluateParams.model_validate(by_name["evaluate"]["parameters"]["params"])
+    assert (nightly.tasks, nightly.sampler) == (Path("runs/pipelines/demo/curriculum/heldout.jsonl"), p.sampler)
 
 
 def test_tracking_tasks_retry_a_failed_call_but_not_a_refused_one():
