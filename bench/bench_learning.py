@@ -41,14 +41,9 @@ def _fmt(row: dict | None) -> str:
 
 def _per_task(summary: dict) -> dict[str, dict]:
     """Each evaluated stage's ``{instance_id: [resolved per run]}``."""
-    import json
+    from swerl.orchestration.summary import per_task_outcomes
 
-    out = {}
-    for row in summary["stages"]:
-        report = Path(summary["run_dir"]) / "eval" / f"eval-{row['stage']}" / "eval.json"
-        if report.is_file():
-            out[row["stage"]] = json.loads(report.read_text())["per_task"]
-    return out
+    return per_task_outcomes(Path(summary["run_dir"]), [row["stage"] for row in summary["stages"]])
 
 
 def _rise(label: str, before: dict, after: dict) -> str:

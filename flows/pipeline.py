@@ -30,9 +30,9 @@ from swerl.orchestration.metrics import prefixed, stage_row, table_rows
 from swerl.orchestration.params import EvaluateParams, PipelineParams
 from swerl.orchestration.plan import StartStep, TrainStep, stage_plan
 from swerl.orchestration.results import EvalResult, PolicyRef, StageResult
-from swerl.orchestration.summary import (Behaviour, StageFacts, eval_facts, images_facts, pass_table, rise_lines, sampler_words,
-                                         stage_line, summary_lines, summary_markdown, train_facts, validation_facts,
-                                         where_to_look)
+from swerl.orchestration.summary import (Behaviour, StageFacts, eval_facts, images_facts, pass_table, per_task_outcomes,
+                                         rise_lines, sampler_words, stage_line, summary_lines, summary_markdown, train_facts,
+                                         validation_facts, where_to_look)
 from swerl.stages.images import ImagesStage
 from tasks import tracking as tr
 from tasks.images import build_images_task, validate_tasks_task
@@ -316,9 +316,7 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
                "final_policy": policy.model_dump(), "stages": rows, "plot": curve, "summary": story}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     tr.finish_run(params.tracking, parent_id, summary=summary)
-    per_task = {r["stage"]: json.loads(f.read_text())["per_task"] for r in rows
-                if (f := run_dir / "eval" / f"eval-{r['stage']}" / "eval.json").is_file()}
-    for line in pass_table(rows) + rise_lines(per_task) + story:
+    for line in pass_table(rows) + rise_lines(per_task_outcomes(run_dir, [r["stage"] for r in rows])) + story:
         say(line)
     return summary
 

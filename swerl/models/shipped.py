@@ -10,11 +10,12 @@ a regenerated checkpoint with the shipped one tensor by tensor.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tempfile
 from pathlib import Path
+
+from swerl.tracking.lineage import file_digest
 
 #: What an engine or trainer loads from a checkpoint folder; the trainer's own state stays behind.
 POLICY_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
@@ -24,14 +25,6 @@ RECIPE = "recipe.json"
 
 class ShipError(ValueError):
     """The run or the shipped folder is not what shipping or checking needs."""
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def warm_start_checkpoint(run_dir: Path) -> Path:
@@ -61,12 +54,12 @@ def ship_policy(run_dir: Path, out: Path, recipe_file: Path, command: str, toler
     recipe = {
         "command": command,
         "recipe": Path(recipe_file).as_posix(),
-        "recipe_sha256": sha256_of(Path(recipe_file)),
+        "recipe_sha256": file_digest(Path(recipe_file)),
         "checkpoint": checkpoint.name,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "tolerance": tolerance,
-        "files": {name: sha256_of(staging / name) for name in POLICY_FILES},
+        "files": {name: file_digest(staging / name) for name in POLICY_FILES},
     }
     (staging / RECIPE).write_text(json.dumps(recipe, indent=2) + "\n", encoding="utf-8")
     if out.exists():
@@ -82,7 +75,7 @@ def check_shipped(folder: Path) -> dict:
         recipe = json.loads((folder / RECIPE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise ShipError(f"{folder / RECIPE} is missing or unreadable: {e}") from e
-    changed = [name for name, digest in recipe["files"].items() if not (folder / name).is_file() or sha256_of(folder / name) != digest]
+    changed = [name for name, digest in recipe["files"].items() if not (folder / name).is_file() or file_digest(folder / name) != digest]
     extra = sorted(p.name for p in folder.iterdir() if p.name not in recipe["files"] and p.name != RECIPE)
     if changed or extra:
         raise ShipError(f"{folder} is not what its recipe made: changed or missing {changed}, not made by it {extra}; "

@@ -275,6 +275,14 @@ def pass_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def per_task_outcomes(run_dir: Path, stages: Sequence[str]) -> dict[str, dict[str, list[bool | None]]]:
+    """Each evaluated stage's ``{instance_id: [resolved per run]}`` from its ``eval/eval-<stage>/eval.json``, in order."""
+    import json
+
+    reports = {stage: Path(run_dir) / "eval" / f"eval-{stage}" / "eval.json" for stage in stages}
+    return {stage: json.loads(f.read_text(encoding="utf-8"))["per_task"] for stage, f in reports.items() if f.is_file()}
+
+
 def rise_lines(per_task: Mapping[str, Mapping[str, Sequence[bool | None]]]) -> list[str]:
     """The rises of held-out Pass@1 a learning run is judged by, start -> RFT and RFT -> the last evaluated
     iteration, each in points and in standard errors paired over tasks (which tasks were drawn counts too).

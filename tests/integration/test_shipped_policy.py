@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from swerl.models.shipped import check_shipped, sha256_of, weight_gap
+from swerl.models.shipped import check_shipped, weight_gap
+from swerl.tracking.lineage import file_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "swerl" / "models" / "resources" / "tiny-warm-s0"
@@ -29,7 +30,7 @@ def test_the_shipped_policy_is_what_its_recipe_made_and_loads_as_a_qwen2_policy(
 
     recipe = check_shipped(SHIPPED)
     assert (recipe["recipe"], recipe["command"]) == ("deployments/warm-start.yaml", "bash scripts/make_shipped_policy.sh")
-    assert recipe["recipe_sha256"] == sha256_of(ROOT / recipe["recipe"]), "the recipe changed since the policy was shipped: remake it"
+    assert recipe["recipe_sha256"] == file_digest(ROOT / recipe["recipe"]), "the recipe changed since the policy was shipped: remake it"
     model = AutoModelForCausalLM.from_pretrained(SHIPPED, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(SHIPPED)
     assert (model.config.model_type, model.config.num_hidden_layers, model.config.hidden_size, len(tok)) == ("qwen2", 4, 128, 4096)
@@ -51,5 +52,5 @@ def test_the_recipe_regenerates_the_shipped_policy_within_its_tolerance(docker_r
     made = tmp_path / "runs" / params["name"] / "warm-start" / "train" / "final"
     recipe = check_shipped(SHIPPED)
     assert made.resolve().name == recipe["checkpoint"]
-    assert sha256_of(made / "tokenizer.json") == recipe["files"]["tokenizer.json"]
+    assert file_digest(made / "tokenizer.json") == recipe["files"]["tokenizer.json"]
     assert weight_gap(made, SHIPPED) <= recipe["tolerance"]

@@ -244,3 +244,15 @@ def test_the_rises_are_start_to_rft_and_rft_to_the_last_iteration_in_points_and_
         "held-out Pass@1 rft -> iter-2: +12.5 points, +1.0 SE paired over 4 tasks (SE 12.5 points)"]
     assert rise_lines({"start": start, "rft": start}) == ["held-out Pass@1 start -> rft: +0.0 points, no spread paired over 4 tasks (SE 0.0 points)"]
     assert rise_lines({"rft": rft, "iter-1": {"z": [True]}}) == []  # other tasks: nothing paired to say
+
+
+def test_per_task_outcomes_reads_each_evaluated_stage_in_order_and_leaves_out_stages_never_evaluated(tmp_path):
+    import json
+
+    from swerl.orchestration.summary import per_task_outcomes
+
+    for stage, outcomes in (("start", {"a": [False, None]}), ("iter-2", {"a": [True, True]})):
+        (tmp_path / "eval" / f"eval-{stage}").mkdir(parents=True)
+        (tmp_path / "eval" / f"eval-{stage}" / "eval.json").write_text(json.dumps({"per_task": outcomes, "runs": 2}))
+    found = per_task_outcomes(tmp_path, ["start", "rft", "iter-2"])
+    assert list(found.items()) == [("start", {"a": [False, None]}), ("iter-2", {"a": [True, True]})]

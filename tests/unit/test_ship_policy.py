@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from swerl.models.shipped import POLICY_FILES, RECIPE, ShipError, check_shipped, sha256_of, ship_policy, weight_gap
+from swerl.models.shipped import POLICY_FILES, RECIPE, ShipError, check_shipped, ship_policy, weight_gap
+from swerl.tracking.lineage import file_digest
 
 
 def fake_run(tmp_path: Path, tiny_model_dir: Path) -> Path:
@@ -27,8 +28,8 @@ def test_shipping_copies_the_loadable_files_and_records_their_digests_and_the_re
     made = ship_policy(fake_run(tmp_path, tiny_model_dir), tmp_path / "shipped", recipe_file, "bash make.sh", 1e-5)
     assert sorted(p.name for p in (tmp_path / "shipped").iterdir()) == sorted([*POLICY_FILES, RECIPE])
     assert (made["command"], made["checkpoint"], made["tolerance"]) == ("bash make.sh", "step-000012", 1e-5)
-    assert made["recipe_sha256"] == sha256_of(recipe_file)
-    assert made["files"] == {name: sha256_of(tiny_model_dir / name) for name in POLICY_FILES}
+    assert made["recipe_sha256"] == file_digest(recipe_file)
+    assert made["files"] == {name: file_digest(tiny_model_dir / name) for name in POLICY_FILES}
     assert json.loads((tmp_path / "shipped" / RECIPE).read_text()) == made
     assert check_shipped(tmp_path / "shipped") == made
     assert weight_gap(tmp_path / "shipped", tiny_model_dir) == 0.0
