@@ -3,7 +3,7 @@
 # MLflow servers. Does all its set-up; rerunning it resumes (finished stages are skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --main
 export DO_NOT_TRACK=1 PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=90
 SW=.venv/bin/swerl
 PREFECT_PORT=${SWERL_PREFECT_PORT:-4200}
@@ -23,4 +23,4 @@ MSG
 #    RFT, two DAPO iterations, each evaluated. The follower prints a line per stage saying
 #    what it did, then the run's summary (why the numbers are what they are, where to look);
 #    when the run fails, its last lines are the failed stage's error log and the reason.
-$SW pipeline start --deployment pipeline/pipeline --interval 10
+$SW pipeline start --deployment pipeline/pipeline --interval 2

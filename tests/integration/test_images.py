@@ -73,3 +73,29 @@ def test_a_prebuilt_docker_image_is_used_as_is(demo_tasks, demo_images):
     absent = task.model_copy(update={"docker_image": "swerl-nowhere/nothing:1"})
     (outcome,) = ImageBuilder(ImageConfig()).build_all([absent])
     assert outcome.error.startswith("prebuilt docker_image swerl-nowhere/nothing:1 is neither local nor pullable")
+
+
+def test_labels_are_set_exactly_by_one_build_step(demo_images, tmp_path):
+    from swerl.envs.docker_build import build_image
+
+    base = next(iter(demo_images.values()))
+    tag = "swerl-test-labels:one-step"
+    wanted = {"swerl.test": "labels", "swerl.odd": 'a "quoted" $HOME \\ back', "swerl.empty": ""}
+    log = tmp_path / "build.log"
+    try:
+        build_image(f"FROM {base}\n", tag, log, labels=wanted)
+        got = docker_client().images.get(tag).labels
+        assert {k: got[k] for k in wanted} == wanted
+        assert log.read_text().count("LABEL ") == 2  # the Dockerfile echoed in the log, then its one step
+    finally:
+        docker_client().images.remove(tag, force=True)
+
+
+def test_a_label_that_would_break_the_dockerfile_is_refused():
+    from swerl.envs.docker_build import label_instruction
+
+    assert label_instruction({"b": "2", "a": "x y"}) == 'LABEL a="x y" b="2"'
+    with pytest.raises(ValueError, match="label key 'a b'"):
+        label_instruction({"a b": "1"})
+    with pytest.raises(ValueError, match="one line only"):
+        label_instruction({"a": "1\nRUN rm -rf /"})
