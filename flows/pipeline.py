@@ -204,7 +204,7 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
 
     def table() -> None:
         create_table_artifact(key=artifact_key("metrics", params.name), table=table_rows(rows),
-                              description=f"Per-stage metrics of pipeline {params.name} (Pass@1 over {params.eval.runs_words()})")
+                              description=f"Per-stage metrics of pipeline {params.name} (Pass@1 over {params.eval.runs} runs)")
 
     # every task file the pipeline samples: training, held-out evaluation, warm-up
     sets = {"train": tasks}
@@ -268,9 +268,9 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
             tr.log_metrics(params.tracking, parent_id, result.metrics, step=s.step)
         return result
 
-    def eval_body(name: str, step: int, runs: int, pol: PolicyRef) -> EvalResult:
+    def eval_body(name: str, step: int, pol: PolicyRef) -> EvalResult:
         result = evaluate_stage.with_options(flow_run_name=name)(
-            EvaluateParams(model=pol.model_arg(), tasks=eval_tasks, repos=repos, runs=runs, seed=params.seed,
+            EvaluateParams(model=pol.model_arg(), tasks=eval_tasks, repos=repos, runs=params.eval.runs, seed=params.seed,
                            sampler=params.sampler, tracking=params.tracking, promote=params.eval.promote),
             parent_run_id=parent_id, stage=name, step=step, out=run_dir / "eval" / name, container_label=label,
             policy_version=pol.policy_version)
@@ -299,7 +299,7 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
             policy = done.policy if done.trained else policy  # carried forward: keep its registry version
             trained[s.name] = done
         else:
-            evaluated = stage(s.name, lambda s=s, pol=policy: eval_body(s.name, s.step, s.runs, pol), explain_eval(s.name), EvalResult)
+            evaluated = stage(s.name, lambda s=s, pol=policy: eval_body(s.name, s.step, pol), explain_eval(s.name), EvalResult)
             before = trained.get(s.after) if s.after else None
             metrics = ({**before.metrics, **evaluated.metrics, "train/trained": float(before.trained)} if before
                        else evaluated.metrics)

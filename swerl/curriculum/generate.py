@@ -25,6 +25,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -88,13 +89,13 @@ def generate_curriculum(out: Path, config: CurriculumConfig) -> CurriculumSet:
     plan = _draw(config)
 
     records: dict[str, list[dict[str, Any]]] = {split: [] for split in SPLITS}
-    hour = 0
+    jobs = [(split, task) for split in SPLITS for task in plan[split]]
     with tempfile.TemporaryDirectory(prefix=".trees-", dir=out) as scratch:
-        for split in SPLITS:
-            for task in plan[split]:
-                base_commit = _mirror(task, config.owner, Path(scratch), repos_dir)
-                records[split].append(_record(task, config.owner, base_commit, _CREATED_AT + timedelta(hours=hour)))
-                hour += 1
+        # each repository is its own folder and its own git processes: build them side by side
+        with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
+            commits = list(pool.map(lambda job: _mirror(job[1], config.owner, Path(scratch), repos_dir), jobs))
+    for hour, ((split, task), base_commit) in enumerate(zip(jobs, commits)):
+        records[split].append(_record(task, config.owner, base_commit, _CREATED_AT + timedelta(hours=hour)))
     _remove_stale(repos_dir, config.owner, {f"{config.owner}__{t.package}" for tasks in plan.values() for t in tasks})
 
     tasks_files = {}

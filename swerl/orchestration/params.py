@@ -103,17 +103,10 @@ class EvalParams(BaseModel):
 
     runs: int = Field(2, ge=1, le=1024, description="Independent runs per task (k; the paper: 10).")
     evaluate_start: bool = Field(True, description="Evaluate the starting policy too (the curve's first point).")
-    start_runs: int | None = Field(None, ge=1, le=1024, description="k of the start's evaluation (None: `runs`); fewer "
-                                   "where RFT's rise is large and the later rises need the precision.")
     every_iteration: bool = Field(True, description="Evaluate after every DAPO iteration; False: after the last one only "
                                   "(the curve is start, RFT, last iteration; one evaluation saved per other iteration).")
     promote: bool = Field(True, description="Move the `champion` alias to an evaluated checkpoint whose Pass@1 is strictly "
                           "better than the champion's (a tie keeps the champion).")
-
-    def runs_words(self) -> str:
-        """How many runs each evaluation makes, in words: `4 runs`, or `4 runs (2 for the start)`."""
-        start = self.start_runs if self.evaluate_start else None
-        return f"{self.runs} runs" + (f" ({start} for the start)" if start and start != self.runs else "")
 
 
 class PipelineParams(BaseModel):

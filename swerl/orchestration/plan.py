@@ -49,7 +49,6 @@ class EvalStep(_Step):
     step: int = Field(ge=0, description="MLflow step of its metrics (that of the stage it evaluates).")
     row: str = Field(description="The table row it closes: start, rft, iter-k.")
     after: str | None = Field(None, description="The training stage whose figures join the row (None: the start).")
-    runs: int = Field(ge=1, description="Independent runs per task (k).")
 
 
 PlanStep = Union[StartStep, TrainStep, EvalStep]
@@ -68,15 +67,15 @@ def stage_plan(params: PipelineParams) -> list[PlanStep]:
     if params.eval.evaluate_start:
         if params.warm_start is None:
             plan.append(StartStep(name="start-policy"))
-        plan.append(EvalStep(name="eval-start", step=0, row="start", runs=params.eval.start_runs or params.eval.runs))
+        plan.append(EvalStep(name="eval-start", step=0, row="start"))
     if params.rft.enabled:
         objective = RFTIteration(rft=params.rft)
         plan += [TrainStep(name="rft", objective=objective, flow="rft", step=1, engine=objective.sampler_of(params.sampler).engine),
-                 EvalStep(name="eval-rft", step=1, row="rft", after="rft", runs=params.eval.runs)]
+                 EvalStep(name="eval-rft", step=1, row="rft", after="rft")]
     last = params.dapo.iterations
     for k in range(1, last + 1):
         plan.append(TrainStep(name=f"iter-{k}", objective=DAPOIteration(dapo=params.dapo, iteration=k), flow="dapo_iteration",
                               step=1 + k, engine=params.sampler.engine))
         if params.eval.every_iteration or k == last:
-            plan.append(EvalStep(name=f"eval-iter-{k}", step=1 + k, row=f"iter-{k}", after=f"iter-{k}", runs=params.eval.runs))
+            plan.append(EvalStep(name=f"eval-iter-{k}", step=1 + k, row=f"iter-{k}", after=f"iter-{k}"))
     return plan

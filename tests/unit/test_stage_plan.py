@@ -48,13 +48,3 @@ def test_evaluating_the_last_iteration_only_drops_the_other_iterations_evaluatio
     assert (plan[-1].row, plan[-1].after, plan[-1].step) == ("iter-3", "iter-3", 4)
     assert [s.name for s in stage_plan(PipelineParams(dapo={"iterations": 0}, eval={"every_iteration": False}))] == [
         "start-policy", "eval-start", "rft", "eval-rft"]
-
-
-def test_the_start_can_be_evaluated_with_fewer_runs_than_the_later_stages():
-    plan = stage_plan(PipelineParams(eval={"runs": 4, "start_runs": 2}, dapo={"iterations": 1}))
-    assert [(s.name, s.runs) for s in plan if isinstance(s, EvalStep)] == [("eval-start", 2), ("eval-rft", 4),
-                                                                            ("eval-iter-1", 4)]
-    assert PipelineParams(eval={"runs": 4, "start_runs": 2}).eval.runs_words() == "4 runs (2 for the start)"
-    default = PipelineParams(eval={"runs": 3}, dapo={"iterations": 1})
-    assert [s.runs for s in stage_plan(default) if isinstance(s, EvalStep)] == [3, 3, 3]
-    assert default.eval.runs_words() == "3 runs"
