@@ -4,7 +4,7 @@
 # ~35 min on 2 cores with nothing cached (images, validation, 600 demonstrations, 29 epochs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --main
 export DO_NOT_TRACK=1 PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=90
 .venv/bin/swerl pipeline run --params deployments/warm-start.yaml --name warm-start-s0
 .venv/bin/swerl model ship --run runs/pipelines/warm-start-s0 --out swerl/models/resources/tiny-warm-s0 \
