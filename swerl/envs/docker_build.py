@@ -80,7 +80,10 @@ def build_image(dockerfile: str, tag: str, log_path: Path, *, context: Path | No
     log_path.parent.mkdir(parents=True, exist_ok=True)
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
     if labels:
-        dockerfile = dockerfile.rstrip("\n") + "\n" + label_instruction(labels) + "\n"
+        try:
+            dockerfile = dockerfile.rstrip("\n") + "\n" + label_instruction(labels) + "\n"
+        except ValueError as e:  # a label made from a task's fields: that task's build fails, not the others'
+            raise ImageBuildError(tag, str(e), log_path, []) from None
     payload = dict(files or {})
     payload["Dockerfile"] = dockerfile.encode()
     client = docker_client()

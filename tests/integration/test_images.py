@@ -99,3 +99,10 @@ def test_a_label_that_would_break_the_dockerfile_is_refused():
         label_instruction({"a b": "1"})
     with pytest.raises(ValueError, match="one line only"):
         label_instruction({"a": "1\nRUN rm -rf /"})
+
+
+def test_a_label_that_cannot_be_written_fails_that_build_only(tmp_path):
+    from swerl.envs.docker_build import ImageBuildError, build_image
+
+    with pytest.raises(ImageBuildError, match="label value .*one line only"):
+        build_image("FROM scratch\n", "swerl-test-labels:never", tmp_path / "build.log", labels={"swerl.instance_id": "a\nb"})
