@@ -29,12 +29,13 @@ Builds tiny random Qwen2 policies with a 32k vocabulary (``init_tiny``) in a tem
    utilisation, 6 x params x tokens / step time / ``--peak-tflops``. On a GPU: a ~0.5B
    Qwen2-shaped random model (vocab 151936, hidden 896) at ``--gpu-lengths``, bf16 autocast;
    on CPU: a small random Qwen2 (vocab 32768, hidden 256) at ``--cpu-lengths`` in fp32, where
-   only the ratios mean something (no MFU). A fourth trainer, 'compiled layers', adds
-   ``TrainerConfig.compile_layers`` to the compiled head; MFU is printed as 6 x params x tokens
-   and again with causal attention's products (6 x layers x hidden x n^2) counted.
-   ``--profile VARIANT [--trace FILE]`` then profiles one step (top kernels; a chrome trace);
-   ``--variants`` keeps some trainers; ``--cudnn-attention`` and ``--compile-what-if`` are
-   what-ifs the trainer does not offer (README: what they gave on an H100).
+   only the ratios mean something (no MFU). Further trainers: 'compiled layers' adds
+   ``TrainerConfig.compile_layers`` to the compiled head, 'cuDNN attention' adds
+   ``cudnn_attention`` to that, and, with checkpointing on, 'keeps attention' adds
+   ``checkpoint_keep_attention``; MFU is printed as 6 x params x tokens and again with causal
+   attention's products (6 x layers x hidden x n^2) counted. ``--profile VARIANT [--trace FILE]``
+   then profiles one step (top kernels; a chrome trace); ``--variants`` keeps some trainers;
+   ``--compile-what-if`` is a what-if the trainer does not offer (README: what it gave on an H100).
 
 Ratios are against baselines measured in the same run; nothing is asserted about time.
 CPU figures are noisy on a shared machine: the load average is printed with each section.
@@ -307,10 +308,24 @@ HEADS = {"checkpointed": checkpointed_action_logprobs_and_entropy, "fused": acti
 # the DAPO step with each head: (what replaces swerl.rl.logprobs.action_logprobs_and_entropy, logprob_compiled)
 STEP_HEADS = {"checkpointed": (lambda *args, compiled=False: checkpointed_action_logprobs_and_entropy(*args), False),
               "fused": (action_logprobs_and_entropy, False), "fused+compile": (action_logprobs_and_entropy, True)}
-# ... and the decoder layers compiled too (TrainerConfig.compile_layers), the whole step's fastest form
-STEP_VARIANTS = {name: (head, compiled, False) for name, (head, compiled) in STEP_HEADS.items()} | {
-    "compiled layers": (action_logprobs_and_entropy, True, True)}
+# ... then the whole step's fastest forms: the decoder layers compiled too (TrainerConfig.compile_layers), and with
+# them cuDNN's attention (TrainerConfig.cudnn_attention); with checkpointing on, the last also keeps each layer's
+# attention output (TrainerConfig.checkpoint_keep_attention). name -> (head, the TrainerConfig fields it sets)
+STEP_VARIANTS = {name: (head, {"logprob_compiled": compiled}) for name, (head, compiled) in STEP_HEADS.items()} | {
+    "compiled layers": (action_logprobs_and_entropy, {"logprob_compiled": True, "compile_layers": True}),
+    "cuDNN attention": (action_logprobs_and_entropy, {"logprob_compiled": True, "compile_layers": True,
+                                                      "cudnn_attention": True}),
+    "keeps attention": (action_logprobs_and_entropy, {"logprob_compiled": True, "compile_layers": True,
+                                                      "cudnn_attention": True, "checkpoint_keep_attention": True})}
 
+
+def variant_config(name: str, args, device: str, n: int) -> TrainerConfig | None:
+    """The trainer config of a step variant at n tokens, or None where the variant needs checkpointing and it is off."""
+    fields = STEP_VARIANTS[name][1]
+    if fields.get("checkpoint_keep_attention") and not args.gpu_checkpointing:
+        return None
+    return TrainerConfig(optimizer={"lr": 1e-6}, device=device, max_tokens_per_microbatch=n, logprob_chunk_size=args.chunk,
+                         gradient_checkpointing=args.gpu_checkpointing, **fields)
 
 def step_flops(params: int, n: int, qwen_config) -> tuple[float, float]:
     """(6 x params x tokens, the same plus causal attention's score and value matmuls): forward 2 n^2 d per layer
@@ -397,10 +412,10 @@ def step_section(args, work: Path, qwen_config, device: str, lengths: list[int])
         trainers, steps = {}, {}
         batch = make_batch([n], qwen_config.vocab_size)
         try:
-            for head_name, (head, compiled, layers) in STEP_VARIANTS.items():
-                trainers[head_name] = make_trainer(model_dir, TrainerConfig(
-                    optimizer={"lr": 1e-6}, device=device, max_tokens_per_microbatch=n, logprob_chunk_size=args.chunk,
-                    logprob_compiled=compiled, gradient_checkpointing=args.gpu_checkpointing, compile_layers=layers))
+            for head_name, (head, _) in STEP_VARIANTS.items():
+                if (config := variant_config(head_name, args, device, n)) is None:
+                    continue
+                trainers[head_name] = make_trainer(model_dir, config)
 
                 def step(trainer=trainers[head_name], head=head):
                     with mock.patch.object(logprobs_module, "action_logprobs_and_entropy", head):
@@ -437,10 +452,11 @@ def profile_section(args, work: Path, qwen_config, device: str, n: int) -> None:
     """Where one DAPO step's time goes: torch.profiler's kernels, the top 25 by device time."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    head, compiled, layers = STEP_VARIANTS[args.profile]
-    trainer = make_trainer(work / f"qwen-{qwen_config.hidden_size}-random", TrainerConfig(
-        optimizer={"lr": 1e-6}, device=device, max_tokens_per_microbatch=n, logprob_chunk_size=args.chunk,
-        logprob_compiled=compiled, gradient_checkpointing=args.gpu_checkpointing, compile_layers=layers))
+    head = STEP_VARIANTS[args.profile][0]
+    config = variant_config(args.profile, args, device, n)
+    if config is None:
+        raise SystemExit(f"--profile {args.profile!r} needs gradient checkpointing on")
+    trainer = make_trainer(work / f"qwen-{qwen_config.hidden_size}-random", config)
     batch = make_batch([n], qwen_config.vocab_size)
     with mock.patch.object(logprobs_module, "action_logprobs_and_entropy", head):
         trainer.train_step(batch)  # warm-up (and compilation)
@@ -460,14 +476,7 @@ def profile_section(args, work: Path, qwen_config, device: str, n: int) -> None:
 
 
 def what_ifs(args) -> None:
-    """Section 4's what-ifs (``--cudnn-attention``, ``--compile-what-if``) and ``--variants``, for the rest of the run."""
-    if args.cudnn_attention:
-        import contextlib
-
-        import swerl.train.step as step_module
-
-        mock.patch.object(step_module, "sdpa_without_cudnn", lambda device: contextlib.nullcontext()).start()
-        print("what-if: SDPA may pick cuDNN's attention in the DAPO steps below\n")
+    """Section 4's what-if (``--compile-what-if``) and ``--variants``, for the rest of the run."""
     if args.compile_what_if:
         import swerl.train.torch_trainer as trainer_module
 
@@ -498,8 +507,6 @@ def main() -> None:
     ap.add_argument("--cpu-lengths", type=int, nargs="+", default=[1024, 2048], help="section 4 on CPU")
     ap.add_argument("--gpu-steps", type=int, default=3, help="timed repetitions per variant in section 4")
     ap.add_argument("--gpu-checkpointing", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--cudnn-attention", action="store_true", help="section 4 what-if: let SDPA pick cuDNN's attention "
-                    "(the trainer keeps it out: it re-plans every new shape, 3x slower on varying micro-batches)")
     ap.add_argument("--compile-what-if", choices=["decoder", "layers-cudagraphs"], help="section 4 what-if for the "
                     "'compiled layers' trainer: compile the whole decoder as one graph, or each layer with CUDA graphs "
                     "(mode reduce-overhead)")

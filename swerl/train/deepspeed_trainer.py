@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from swerl.train import checkpoint as ckpt
+from swerl.train.attention import attention_implementation
 from swerl.train.base import DeepSpeedTrainerConfig, ResumeState, TrainBatch, TrainerConfig
 from swerl.train.step import (ActionLogprobModel, accumulate_gradients, compute_dtype, finish_metrics, learning_rate,
                               param_groups, plan_step)
@@ -73,7 +74,7 @@ def init_distributed() -> tuple[int, int, int]:
     return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def _load_policy(model_dir: str | Path, ds_config: dict[str, Any]) -> torch.nn.Module:
+def _load_policy(model_dir: str | Path, ds_config: dict[str, Any], attn_implementation: str | None) -> torch.nn.Module:
     """The model in float32; under ZeRO-3 loaded straight into partitions (zero.Init), never a full copy per process."""
     from transformers import AutoModelForCausalLM
     from transformers.integrations import HfDeepSpeedConfig
@@ -82,7 +83,7 @@ def _load_policy(model_dir: str | Path, ds_config: dict[str, Any]) -> torch.nn.M
     # for the load only, so later from_pretrained calls in this process (an engine) load normally
     zero3 = HfDeepSpeedConfig(ds_config) if ds_config["zero_optimization"]["stage"] == 3 else None
     try:
-        return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation=attn_implementation)
     finally:
         del zero3
 
@@ -100,6 +101,9 @@ class DeepSpeedTrainer:
         if cfg.compile_layers:
             raise ValueError("compile_layers is a torch-backend option: ZeRO's parameter hooks do not go through "
                              "compiled layers; turn it off for backend 'deepspeed'")
+        if cfg.checkpoint_keep_attention:
+            raise ValueError("checkpoint_keep_attention is a torch-backend option; turn it off for backend 'deepspeed' "
+                             "(plain gradient_checkpointing works there)")
         self.source = model_dir
         self.rank, self.world_size, local_rank = init_distributed()
         accelerator = get_accelerator()  # DeepSpeed's own choice: the local rank's GPU, or the CPU
@@ -109,7 +113,7 @@ class DeepSpeedTrainer:
         ds_config = deepspeed_config(cfg, compute_dtype(cfg.dtype, self.device))
         ckpt.seed_everything(cfg.seed)
         self._zero3 = cfg.trainer.zero_stage == 3
-        self.policy = _load_policy(model_dir, ds_config)
+        self.policy = _load_policy(model_dir, ds_config, attention_implementation(cfg.cudnn_attention))
         if cfg.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.policy.train()

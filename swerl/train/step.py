@@ -27,6 +27,7 @@ from swerl.inference.hf_engine import sdpa_without_cudnn
 from swerl.rl.batching import pack_microbatches
 from swerl.rl.logprobs import sequence_action_logprobs
 from swerl.rl.loss import dapo_loss, masked_mean, masked_sum
+from swerl.train.attention import cudnn_first
 from swerl.train.base import TrainBatch, TrainerConfig
 
 # Per-token metrics averaged over the step's action tokens (weights: each micro-batch's count).
@@ -82,12 +83,55 @@ def compile_decoder_layers(model: nn.Module) -> int:
     """``torch.compile`` each decoder layer in place (``nn.Module.compile``): the layers share one
     graph, so it compiles once for all of them. Returns how many were compiled; a model
     whose decoder has no ``layers`` list is refused."""
+    layers = _decoder_layers(model, "compile_layers")
+    for layer in layers:
+        layer.compile(dynamic=None)
+    return len(layers)
+
+
+def _decoder_layers(model: nn.Module, option: str) -> nn.ModuleList:
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
     layers = getattr(decoder, "layers", None)
     if not isinstance(layers, nn.ModuleList) or not len(layers):
-        raise ValueError(f"compile_layers: {type(model).__name__} has no decoder.layers to compile; turn compile_layers off")
+        what = "compile" if option == "compile_layers" else "checkpoint"
+        raise ValueError(f"{option}: {type(model).__name__} has no decoder.layers to {what}; turn {option} off")
+    return layers
+
+
+def _attention_ops() -> frozenset:
+    aten = torch.ops.aten
+    names = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+             "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
+             "_scaled_dot_product_fused_attention_overrideable")
+    return frozenset(getattr(aten, name).default for name in names if hasattr(aten, name))
+
+
+def _keep_attention_policy(ctx, op, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.MUST_SAVE if op in _attention_ops() else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def checkpoint_decoder_layers(model: nn.Module) -> int:
+    """Selective activation checkpointing of each decoder layer: backward recomputes the layer
+    from its input, except the attention kernel, whose output (and softmax statistics) the
+    forward keeps. At n tokens that costs n x hidden per layer and spares the recomputation
+    that grows as n^2. The checkpoint wraps each layer's ``forward``, inside the module call,
+    so ``compile_decoder_layers`` afterwards compiles it with the layer (the partitioner honours
+    the policy). Returns how many layers were wrapped."""
+    import functools
+
+    from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+
+    context_fn = functools.partial(create_selective_checkpoint_contexts, _keep_attention_policy)
+    layers = _decoder_layers(model, "gradient checkpointing")
     for layer in layers:
-        layer.compile(dynamic=None)
+        forward = layer.forward
+
+        def checkpointed(*args, _forward=forward, **kwargs):
+            return checkpoint(_forward, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+
+        layer.forward = checkpointed
     return len(layers)
 
 
@@ -207,7 +251,7 @@ def accumulate_gradients(model: Callable, batch: TrainBatch, plan: StepPlan, cfg
     for indices in plan.microbatches:
         mb = _microbatch(batch, indices, device)
         # backward too: checkpointed layers recompute their attention there, and must pick the same kernel
-        with sdpa_without_cudnn(device):
+        with cudnn_first(device) if cfg.cudnn_attention else sdpa_without_cudnn(device):
             with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
                 lp, ent = model(mb["input_ids"], mb["attention_mask"], mb["logprob_mask"])
             loss, metrics = objective(lp, ent, mb, cfg, plan.norm_tokens, plan.norm_sequences)

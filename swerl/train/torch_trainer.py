@@ -15,9 +15,10 @@ import torch
 
 from swerl.inference.weights import load_checkpoint_into
 from swerl.train import checkpoint as ckpt
+from swerl.train.attention import attention_implementation
 from swerl.train.base import ResumeState, TrainBatch, TrainerConfig
-from swerl.train.step import (ActionLogprobModel, accumulate_gradients, clip_grad_norm, compile_decoder_layers, compute_dtype,
-                              finish_metrics, learning_rate, param_groups, plan_step, resolve_device)
+from swerl.train.step import (ActionLogprobModel, accumulate_gradients, checkpoint_decoder_layers, clip_grad_norm,
+                              compile_decoder_layers, compute_dtype, finish_metrics, learning_rate, param_groups, plan_step, resolve_device)
 
 OPTIMIZER_FILE = "optimizer.pt"
 
@@ -36,8 +37,12 @@ class TorchTrainer:
         dtype = compute_dtype(self.config.dtype, self.device)
         self.autocast_dtype = None if dtype == torch.float32 else dtype
         ckpt.seed_everything(self.config.seed)
-        self.policy = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).to(self.device)
-        if self.config.gradient_checkpointing:
+        attention = attention_implementation(self.config.cudnn_attention)
+        self.policy = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32,
+                                                           attn_implementation=attention).to(self.device)
+        if self.config.checkpoint_keep_attention:  # before compiling: the checkpoint goes inside each compiled layer
+            checkpoint_decoder_layers(self.policy)
+        elif self.config.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if self.config.compile_layers:
             compile_decoder_layers(self.policy)

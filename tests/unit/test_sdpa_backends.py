@@ -18,6 +18,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 import swerl.inference.hf_engine as hf_engine
 import swerl.train.step as step
 from swerl.inference.base import GenerationRequest
+from swerl.train.attention import cudnn_first
 from swerl.train.base import TrainBatch, TrainerConfig
 
 
@@ -70,6 +71,35 @@ def test_the_trainer_runs_forward_and_backward_inside_it(monkeypatch):
                               torch.device("cpu"))
     assert recorder.entered == len(plan.microbatches) == 3
     assert backward_inside == [True] * 3  # the checkpointed layer's recomputation and gradient, inside too
+
+
+def test_cudnn_attention_puts_cudnn_first_on_cuda_and_restores_the_order_after():
+    from torch.nn.attention import SDPBackend
+
+    before = torch._C._get_sdp_priority_order()
+    with cudnn_first(torch.device("cuda")):
+        assert torch._C._get_sdp_priority_order()[:4] == [int(b) for b in (
+            SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)]
+        assert torch.backends.cuda.cudnn_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
+    assert torch._C._get_sdp_priority_order() == before
+    with cudnn_first(torch.device("cpu")):
+        assert torch._C._get_sdp_priority_order() == before
+
+
+def test_a_trainer_with_cudnn_attention_runs_forward_and_backward_inside_cudnn_first(monkeypatch):
+    without, first = Recorder(), Recorder()
+    monkeypatch.setattr(step, "sdpa_without_cudnn", without)
+    monkeypatch.setattr(step, "cudnn_first", first)
+    torch.manual_seed(0)
+    policy = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                          num_key_value_heads=2, intermediate_size=64, tie_word_embeddings=True)).train()
+    backward_inside: list[bool] = []
+    policy.model.layers[0].self_attn.q_proj.weight.register_hook(lambda g: backward_inside.append(first.depth > 0))
+    batch = TrainBatch([torch.randint(0, 64, (12,))], [torch.arange(12) >= 3], [torch.full((12,), -4.0)], torch.tensor([1.0]))
+    cfg = TrainerConfig(max_tokens_per_microbatch=12, cudnn_attention=True)
+    step.accumulate_gradients(step.ActionLogprobModel(policy, 4), batch, step.plan_step(batch, cfg), cfg,
+                              torch.Tensor.backward, torch.device("cpu"))
+    assert (first.entered, without.entered, backward_inside) == (1, 0, [True])
 
 
 def test_the_engine_runs_its_forward_passes_inside_it(tiny_model_dir, monkeypatch):

@@ -8,13 +8,14 @@ import math
 import pytest
 import torch
 from pydantic import ValidationError
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from swerl.rl.loss import dapo_loss
 from swerl.train.base import TrainBatch, TrainerConfig
 from swerl.train.checkpoint import begin, latest_checkpoint, publish, step_checkpoints, step_dir
-from swerl.train.step import (ActionLogprobModel, accumulate_gradients, clip_grad_norm, compile_decoder_layers, learning_rate,
-                              plan_step, sft_loss)
+from swerl.train.step import (ActionLogprobModel, accumulate_gradients, checkpoint_decoder_layers, clip_grad_norm,
+                              compile_decoder_layers, learning_rate, plan_step, sft_loss)
 
 V = 128
 
@@ -68,6 +69,60 @@ def test_gradient_checkpointing_changes_memory_not_gradients():
     recomputed = policy()
     recomputed.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     assert max_diff(gradients(cfg, b), gradients(cfg, b, recomputed)) < 1e-6
+
+
+class AttentionKernelCount(TorchDispatchMode):
+    """Counts the attention kernels that run (forward ones, not their backward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func.__name__.startswith("_scaled_dot_product") and "backward" not in func.__name__
+        return func(*args, **(kwargs or {}))
+
+
+def attention_recomputed_in_backward(model: Qwen2ForCausalLM, b: TrainBatch) -> int:
+    p = b.padded()
+    lp, _ = ActionLogprobModel(model, chunk_size=7)(p["input_ids"], p["attention_mask"], p["action_mask"])
+    loss, _ = dapo_loss(lp, p["old_logprobs"], p["advantages"], p["action_mask"], 0.2, 0.3)
+    with AttentionKernelCount() as counter:
+        loss.backward()
+    return counter.count
+
+
+def test_checkpointing_that_keeps_attention_recomputes_no_attention_and_gives_the_same_gradients():
+    b = batch()
+    cfg = TrainerConfig(max_tokens_per_microbatch=30)
+    selective = policy()
+    assert checkpoint_decoder_layers(selective) == 2
+    assert max_diff(gradients(cfg, b), gradients(cfg, b, selective)) < 1e-6
+    full = policy()
+    full.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert attention_recomputed_in_backward(full, batch(n=1)) == 2  # one per layer
+    assert attention_recomputed_in_backward(policy(), batch(n=1)) == 0
+    kept = policy()
+    checkpoint_decoder_layers(kept)
+    assert attention_recomputed_in_backward(kept, batch(n=1)) == 0
+
+
+def test_checkpointing_that_keeps_attention_inside_compiled_layers_gives_the_eager_gradients():
+    b = batch()
+    cfg = TrainerConfig(max_tokens_per_microbatch=30)
+    model = policy()
+    checkpoint_decoder_layers(model)
+    compile_decoder_layers(model)
+    assert max_diff(gradients(cfg, b), gradients(cfg, b, model)) < 1e-5
+
+
+def test_keeping_attention_is_an_option_of_gradient_checkpointing():
+    with pytest.raises(ValidationError, match="checkpoint_keep_attention chooses what gradient checkpointing keeps; "
+                                              "turn gradient_checkpointing on"):
+        TrainerConfig(checkpoint_keep_attention=True)
+    assert TrainerConfig(gradient_checkpointing=True, checkpoint_keep_attention=True).checkpoint_keep_attention
+    with pytest.raises(ValueError, match="Linear has no decoder.layers to checkpoint; turn gradient checkpointing off"):
+        checkpoint_decoder_layers(torch.nn.Linear(2, 2))
 
 
 def test_compiled_decoder_layers_give_the_eager_gradients_over_varying_lengths():
@@ -223,3 +278,16 @@ def test_publishing_a_checkpoint_replaces_the_old_one_and_clears_a_crashed_attem
     publish(staging, out)
     assert (out / "config.json").read_text() == "second"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000001"]  # no partial, no old copy left behind
+
+
+def test_attention_with_repeated_key_value_heads_gives_the_sdpa_gradients():
+    """cudnn_attention's attention function (cuDNN's kernel has no grouped-query form) against transformers' sdpa,
+    padded micro-batches (a mask) and single sequences (causal, no mask) alike."""
+    from swerl.train.attention import REPEATED_KV_SDPA, attention_implementation
+
+    cfg = TrainerConfig(max_tokens_per_microbatch=30)
+    for b in (batch(), batch(seed=1, n=1)):
+        repeated = policy()
+        repeated.set_attn_implementation(attention_implementation(True))
+        assert repeated.config._attn_implementation == REPEATED_KV_SDPA
+        assert max_diff(gradients(cfg, b), gradients(cfg, b, repeated)) < 1e-6

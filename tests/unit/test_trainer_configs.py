@@ -58,3 +58,20 @@ def test_compiled_layers_are_a_torch_backend_option_refused_for_deepspeed(tmp_pa
     cfg = TrainerConfig(trainer={"backend": "deepspeed", "zero_stage": 3}, compile_layers=True)
     with pytest.raises(ValueError, match="compile_layers is a torch-backend option.*turn it off for backend 'deepspeed'"):
         make_trainer(tmp_path, cfg)
+
+
+def test_keeping_attention_in_checkpoints_is_a_torch_backend_option_refused_for_deepspeed(tmp_path):
+    cfg = TrainerConfig(trainer={"backend": "deepspeed", "zero_stage": 3}, gradient_checkpointing=True,
+                        checkpoint_keep_attention=True)
+    with pytest.raises(ValueError, match="checkpoint_keep_attention is a torch-backend option; turn it off for backend "
+                                         "'deepspeed'"):
+        make_trainer(tmp_path, cfg)
+
+
+def test_a_trainer_with_cudnn_attention_loads_its_policy_with_repeated_key_value_heads(tiny_model_dir):
+    from swerl.train.attention import REPEATED_KV_SDPA
+
+    trainer = make_trainer(tiny_model_dir, TrainerConfig(trainer=TorchTrainerConfig(device="cpu"), cudnn_attention=True))
+    assert trainer.policy.config._attn_implementation == REPEATED_KV_SDPA
+    plain = make_trainer(tiny_model_dir, TrainerConfig(trainer=TorchTrainerConfig(device="cpu")))
+    assert plain.policy.config._attn_implementation == "sdpa"
