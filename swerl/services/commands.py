@@ -85,11 +85,13 @@ def mlflow_server(config: ServicesConfig) -> ServiceSpec:
 
 
 def prefect_worker(config: ServicesConfig) -> ServiceSpec:
+    environ = child_env(config)
+    environ["PREFECT_WORKER_QUERY_SECONDS"] = str(config.worker_poll_s)
     return ServiceSpec(
         name=PREFECT_WORKER,
         command=[*_module("prefect"), "worker", "start", "--pool", config.work_pool, "--type", "process",
                  "--name", health.worker_name(config), "--install-policy", "never"],
-        env=child_env(config), port=None, url=f"{config.prefect_url}/work-pools/work-pool/{config.work_pool}",
+        env=environ, port=None, url=f"{config.prefect_url}/work-pools/work-pool/{config.work_pool}",
         probe=health.prefect_worker,
     )
 

@@ -62,6 +62,9 @@ class ServicesConfig(BaseModel):
         description="Prefect `process` work pool the worker polls; created when missing.",
     )
     worker: bool = Field(True, description="Start a Prefect worker on work_pool.")
+    worker_poll_s: float = Field(2.0, ge=0.5, le=300, description="Seconds between the worker's polls for scheduled flow "
+                                 "runs (PREFECT_WORKER_QUERY_SECONDS; Prefect's default 10 s: a run started from the UI "
+                                 "or `swerl pipeline start` waits 5 s on average before it is picked up).")
     startup_timeout_s: float = Field(120.0, gt=0, le=3600, description="Seconds each service may take to answer its health check.")
     stop_timeout_s: float = Field(15.0, gt=0, le=600, description="Seconds between SIGTERM and SIGKILL when stopping a service.")
 

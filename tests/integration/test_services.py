@@ -182,6 +182,10 @@ def test_prefect_has_the_process_pool_with_our_worker_online(stack, config):
         assert [(p["name"], p["type"]) for p in pools if p["name"] == "swerl-test"] == [("swerl-test", "process")]
         workers = client.post(f"{api}/work_pools/swerl-test/workers/filter", json={}).json()
     assert [(w["name"], w["status"]) for w in workers] == [("swerl-test-worker", "ONLINE")]
+    # it polls for scheduled runs every worker_poll_s (2 s), not Prefect's 10 s
+    worker = next(s for s in stack if s.name == "prefect-worker")
+    environ = dict(v.split("=", 1) for v in Path(f"/proc/{worker.pid}/environ").read_text().split("\0") if "=" in v)
+    assert environ["PREFECT_WORKER_QUERY_SECONDS"] == str(config.worker_poll_s) == "2.0"
 
 
 @pytest.mark.slow

@@ -310,6 +310,15 @@ def test_the_same_seed_writes_byte_identical_files_and_another_seed_does_not(tmp
     assert [(again.out / n).read_bytes() for n in names] == [(second.out / n).read_bytes() for n in names]
 
 
+def test_fewer_heldout_tasks_are_the_first_of_the_larger_heldout_split_and_leave_the_others_alone(tmp_path):
+    """The main job evaluates on fewer held-out tasks than the shipped policy's recipe drew: still ones it never saw."""
+    config = CurriculumConfig(seed=7, warmup=6, train=6, heldout=6)
+    full, fewer = generate_curriculum(tmp_path / "a", config), generate_curriculum(tmp_path / "b", config.model_copy(update={"heldout": 4}))
+    for split in ("warmup", "train"):
+        assert (fewer.out / f"{split}.jsonl").read_bytes() == (full.out / f"{split}.jsonl").read_bytes()
+    assert (fewer.out / "heldout.jsonl").read_text().splitlines() == (full.out / "heldout.jsonl").read_text().splitlines()[:4]
+
+
 def test_regenerating_with_another_config_removes_the_mirrors_it_no_longer_needs(tmp_path):
     generate_curriculum(tmp_path, CurriculumConfig(warmup=3, train=0, heldout=0))
     small = generate_curriculum(tmp_path, CurriculumConfig(seed=1, warmup=1, train=1, heldout=0))
