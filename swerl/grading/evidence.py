@@ -14,7 +14,7 @@ import base64
 import json
 
 from swerl.grading.path_rules import GUARD_LINE
-from swerl.grading.test_user import AUDIT_LINE
+from swerl.grading.test_user import AUDIT_LINE, TIMEOUT_LINE
 
 REPORT_STATUSES = frozenset({"PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL"})
 CANARY_KINDS = ("must_fail", "must_pass")
@@ -106,6 +106,17 @@ def guard_verdict(setup_log: str) -> dict | None:
             return verdict if isinstance(verdict, dict) and all(isinstance(verdict.get(k), dict)
                                                                  for k in ("restored", "removed", "refused")) else None
     return None
+
+
+def timed_out_verdict(text: str) -> bool:
+    """Whether the test user's helper killed the tests at their time limit: its timeout line is the one
+    just after the audit's last line, both printed by root once no process of the tests' is left (any
+    line the tests printed, a forged audit or timeout line too, comes before them)."""
+    lines = text.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith(AUDIT_LINE):
+            return i + 1 < len(lines) and lines[i + 1].startswith(TIMEOUT_LINE)
+    return False
 
 
 def audit_verdict(text: str) -> dict[str, str]:

@@ -35,19 +35,21 @@ from swerl.data.task import Task
 from swerl.envs.docker_sandbox import DockerSandboxConfig, concurrency_slots
 from swerl.envs.factory import SandboxConfig, make_sandbox
 from swerl.envs.sandbox import RunnerFailed, Sandbox, SandboxError, run_alone
-from swerl.grading.evidence import MalformedReport, audit_verdict, guard_verdict, report_from_b64, report_from_events
+from swerl.grading.evidence import (MalformedReport, audit_verdict, guard_verdict, report_from_b64, report_from_events,
+                                   timed_out_verdict)
 from swerl.grading.judge import judge
 from swerl.grading.plan import STAGE, Logs, Plan, make_plan
 from swerl.grading.protected import ProtectedPathsConfig
 from swerl.grading.results import FailureClass, GradeResult
 
-SETUP_ALLOWANCE_S = 120.0  # applying patches and restoring files, on top of the tests' own time limit
+SETUP_ALLOWANCE_S = 120.0  # the whole exec's limit: the set-up and the report, on top of the tests' own time limit
 
 
 class GradingConfig(BaseModel):
     """How predictions are graded."""
 
-    test_timeout_s: float = Field(900.0, gt=0, le=86400, description="Hard limit on the test command; the process tree is killed after it.")
+    test_timeout_s: float = Field(900.0, gt=0, le=86400, description="Hard limit on the test command alone (set-up and report not counted); "
+                                  "every process of the test user is killed at it and the grading is TIMEOUT.")
     sandbox: SandboxConfig = Field(
         default_factory=lambda: DockerSandboxConfig(output_limit_bytes=4_000_000, sweep_after_exec=True),
         description="Container limits for grading sandboxes (network off).",
@@ -109,7 +111,9 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
     run = run.model_copy(update={"output": tests_output})
     logs.write("test_output.txt", run.output)
     result.test_exit_code = run.exit_code
-    if run.timed_out:
+    # the tests' own limit is kept in the container (the helper kills them and says so); the exec's, which
+    # also covers the set-up and the report, is the net for a sandbox without a test user
+    if run.timed_out or (plan.audited and timed_out_verdict(tests_output)):
         result.failure_class = FailureClass.TIMEOUT
         result.reason = f"tests did not finish within {config.test_timeout_s:.0f}s; every process they started was killed"
         return result

@@ -148,7 +148,7 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
     # the tests' user may create files in the repository but change none of root's; pytest's events
     # reach a folder only root can open
     isolation = Isolation(TEST_USER, f"{WORK}/evidence-{nonce}", f"/tmp/swerl-home-{nonce}",
-                          config.test_uid if config.test_user else None)
+                          config.test_uid if config.test_user else None, config.test_timeout_s)
     files[TEST_USER] = (test_user_source(), 0o644)
     lockdown = {"root": config.sandbox.workdir, "uid": isolation.uid, "home": isolation.home, "evidence": isolation.evidence}
     setup.append(("lockdown", lockdown))

@@ -60,14 +60,16 @@ class Isolation:
     evidence: str
     home: str
     uid: int | None
+    timeout_s: float | None = None  # the test command's own limit, kept by the helper (with a test user)
 
     def wrap(self, region: list[str], trace: bool, workdir: str) -> list[str]:
         """The test command's lines, replaced by one command that runs them as the test user; with a user,
         the helper then (as root) kills whatever of theirs is left and audits what they created in
         ``workdir``, its line the last before their status."""
         body = "\n".join((["set -uxo pipefail"] if trace else []) + region)
-        run_as = (f'"$SWERL_PYTHON" -I -S {self.helper} run {shlex.quote(workdir)} {self.uid} {shlex.quote(self.home)} -- '
-                  if self.uid is not None else "")
+        limit = f"--timeout-s {self.timeout_s:g} " if self.timeout_s is not None else ""
+        run_as = (f'"$SWERL_PYTHON" -I -S {self.helper} run {shlex.quote(workdir)} {self.uid} {shlex.quote(self.home)} '
+                  f'{limit}-- ' if self.uid is not None else "")
         channel = f"{self.evidence}/channel"
         return [f"cat {channel} > {self.evidence}/events & swerl_collector=$!",
                 f"{run_as}bash -c {shlex.quote(body)} {REPORT_FD}>{channel}"]

@@ -9,8 +9,10 @@ Standard library only, on purpose: copied into every grading sandbox and run the
   file they did not create. Every file of the repository (the tests, the test patch's files,
   pytest's configuration, the agent's code) is root's, and so is ``.git``, the grading folder
   and the evidence channel.
-* ``run ROOT UID HOME -- CMD...``: run CMD as UID, no supplementary groups, ``no_new_privs`` set
-  (a set-uid program cannot give root back), and wait for it; this process stays root's. A
+* ``run ROOT UID HOME [--timeout-s S] -- CMD...``: run CMD as UID, no supplementary groups,
+  ``no_new_privs`` set (a set-uid program cannot give root back), and wait for it, at most S
+  seconds (then every process of UID is killed and a timeout line printed, from root, after
+  the audit's); this process stays root's. A
   process of another user cannot signal swerl's runner (or this one), write to its output
   through ``/proc/<pid>/fd``, or read its evidence folder. Then ``finish``: SIGKILL every
   process of UID until none is left, so no daemon the tests started writes after them (the
@@ -34,6 +36,7 @@ NAME = "swerl-test"
 RUNNER = "/opt/swerl/swerl_exec.py"
 PR_SET_NO_NEW_PRIVS = 38
 AUDIT_LINE = "@@swerl-audit "
+TIMEOUT_LINE = "@@swerl-timed-out "
 PLANTED_NAMES = ("conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg",
                  "pyproject.toml", "entry_points.txt")
 MODULE_SUFFIXES = (".py", ".pyc", ".so")
@@ -87,9 +90,21 @@ def drop_to(uid: int) -> None:
     os.setresuid(uid, uid, uid)
 
 
-def run(root: str, uid: int, home: str, argv: list[str]) -> int:
+class _TimedOut(Exception):
+    pass
+
+
+def _time_out(signum, frame):
+    raise _TimedOut
+
+
+def run(root: str, uid: int, home: str, argv: list[str], timeout_s: float | None = None) -> int:
     """Run ``argv`` as ``uid`` and wait for it, then ``finish``; its status as a shell gives it (128 + N for
-    signal N). This process stays root's, out of the tests' reach."""
+    signal N). This process stays root's, out of the tests' reach. With ``timeout_s``: once that many
+    seconds have passed, every process of ``uid`` is killed (the command too) and ``TIMEOUT_LINE`` is
+    printed just after the audit's line, where no line of the tests' can come."""
+    import signal
+
     pid = os.fork()
     if pid == 0:
         try:
@@ -100,9 +115,35 @@ def run(root: str, uid: int, home: str, argv: list[str]) -> int:
         except BaseException as e:  # the child never goes on as this process: it could still be root
             print(f"cannot run {argv[0]!r} as user {uid}: {e}", file=sys.stderr, flush=True)
         os._exit(127)
-    status = os.waitpid(pid, 0)[1]
+    timed_out = False
+    try:
+        if timeout_s is not None:  # the parent's timer (a child inherits none): armed inside the try, so it cannot strike outside
+            signal.signal(signal.SIGALRM, _time_out)
+            signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        status = os.waitpid(pid, 0)[1]
+        if timeout_s is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)  # one-shot: once disarmed (or fired) it never fires again
+    except _TimedOut:
+        timed_out = True
+        _kill(pid)  # the command itself, also where it runs as this process's own user (nothing was dropped)
+        killall(uid)
+        try:
+            status = os.waitpid(pid, 0)[1]
+        except ChildProcessError:  # it ended as the limit struck, and was already reaped
+            status = 9
     finish(root, uid)
+    if timed_out:  # after the audit's line, where no process of the tests' is left to print
+        print(f"{TIMEOUT_LINE}{timeout_s:g}", flush=True)
     return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def _kill(pid: int) -> None:
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def finish(root: str, uid: int) -> None:
@@ -188,9 +229,11 @@ def audit(root: str, uid: int) -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     cmd = argv[1]
-    if cmd == "run":
+    if cmd == "run":  # run ROOT UID HOME [--timeout-s S] -- CMD...
         sep = argv.index("--")
-        return run(argv[2], int(argv[3]), argv[4], argv[sep + 1:])
+        options = argv[5:sep]
+        timeout_s = float(options[options.index("--timeout-s") + 1]) if "--timeout-s" in options else None
+        return run(argv[2], int(argv[3]), argv[4], argv[sep + 1:], timeout_s)
     if cmd == "lockdown":
         import json
 
