@@ -183,10 +183,22 @@ class DockerSandbox(ContainerSandboxPaths):
                 except APIError as e:
                     if "in progress" not in str(e):
                         raise
+                    # Docker's auto-removal got there first (closing the channel ends the container's command):
+                    # wait for it, so that nothing of this sandbox is left once close returns
+                    self._wait_removed()
         finally:
             if self._holds_slot:
                 self._holds_slot = False
                 self._slots.release()
+
+    def _wait_removed(self, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                self._container.reload()
+            except NotFound:
+                return
+            time.sleep(0.05)
 
     def __enter__(self) -> DockerSandbox:
         return self if self._container is not None else self.start()

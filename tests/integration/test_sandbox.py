@@ -67,6 +67,18 @@ def test_a_pkill_of_python_restarts_the_runner_and_leaves_the_container_up(chann
     assert channel_sandbox.exec("tr '\\0' ' ' < /proc/1/cmdline").output == '/sbin/docker-init -- sh -c eval "$SANDBOX_INIT" '
 
 
+def test_nothing_is_left_once_close_returns_even_while_docker_removes_the_container_itself(image, run_id):
+    """Closing the channel ends the container's command, so Docker's auto-removal races close's own removal
+    ("removal already in progress"): close waits for it. Killing the container first makes the race likely."""
+    client = docker.from_env()
+    for _ in range(5):
+        sb = DockerSandbox(image, DockerSandboxConfig(run_id=run_id, exec_channel=True)).start()
+        assert sb.exec("echo up").output == "up\n"
+        client.api.kill(sb.container_id)  # auto-removal starts now
+        sb.close()
+        assert running_containers(run_id) == []
+
+
 def test_how_the_runner_was_started_is_not_in_a_command_s_environment(channel_sandbox):
     assert channel_sandbox.exec("env | grep -c ^SANDBOX_; true").output == "0\n"
 
