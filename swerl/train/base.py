@@ -96,7 +96,7 @@ class TrainerSettings(BaseModel):
                                             "at 16k+ tokens. Same gradients. Torch backend only; works with compile_layers.")
     cudnn_attention: bool = Field(False, description="On a GPU, run attention through cuDNN's kernel, first in SDPA's priority (key "
                                   "and value heads repeated to the query heads', as cuDNN has no grouped-query form): a DAPO step "
-                                  "of a ~0.5B Qwen2 at 16k-32k tokens ran 1.25x faster on an H100. cuDNN plans each new shape once "
+                                  "of a ~0.5B Qwen2 at 16k-32k tokens ran 1.22-1.27x faster on an H100. cuDNN plans each new shape once "
                                   "(~16 ms of CPU per attention call), so it pays where micro-batch shapes repeat. Off: flash, "
                                   "memory-efficient or math kernels, never cuDNN's.")
     compile_layers: bool = Field(False, description="torch.compile each decoder layer (regional compilation: one graph, reused by every layer; "
