@@ -327,6 +327,7 @@ def variant_config(name: str, args, device: str, n: int) -> TrainerConfig | None
     return TrainerConfig(optimizer={"lr": 1e-6}, device=device, max_tokens_per_microbatch=n, logprob_chunk_size=args.chunk,
                          gradient_checkpointing=args.gpu_checkpointing, **fields)
 
+
 def step_flops(params: int, n: int, qwen_config) -> tuple[float, float]:
     """(6 x params x tokens, the same plus causal attention's score and value matmuls): forward 2 n^2 d per layer
     (half of QK^T and of PV, each 2 n^2 d), backward twice that; recomputation under checkpointing not counted."""

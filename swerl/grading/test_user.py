@@ -27,6 +27,7 @@ Standard library only, on purpose: copied into every grading sandbox and run the
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 # ctypes, fnmatch, importlib and json are imported where used: the set-up's interpreter imports this
@@ -103,8 +104,6 @@ def run(root: str, uid: int, home: str, argv: list[str], timeout_s: float | None
     signal N). This process stays root's, out of the tests' reach. With ``timeout_s``: once that many
     seconds have passed, every process of ``uid`` is killed (the command too) and ``TIMEOUT_LINE`` is
     printed just after the audit's line, where no line of the tests' can come."""
-    import signal
-
     pid = os.fork()
     if pid == 0:
         try:
@@ -138,8 +137,6 @@ def run(root: str, uid: int, home: str, argv: list[str], timeout_s: float | None
 
 
 def _kill(pid: int) -> None:
-    import signal
-
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:

@@ -14,6 +14,7 @@ gradients over processes, so each process scales its loss by the world size.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -83,22 +84,23 @@ def compile_decoder_layers(model: nn.Module) -> int:
     """``torch.compile`` each decoder layer in place (``nn.Module.compile``): the layers share one
     graph, so it compiles once for all of them. Returns how many were compiled; a model
     whose decoder has no ``layers`` list is refused."""
-    layers = _decoder_layers(model, "compile_layers")
+    layers = _decoder_layers(model, "compile_layers", "compile")
     for layer in layers:
         layer.compile(dynamic=None)
     return len(layers)
 
 
-def _decoder_layers(model: nn.Module, option: str) -> nn.ModuleList:
+def _decoder_layers(model: nn.Module, option: str, verb: str) -> nn.ModuleList:
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
     layers = getattr(decoder, "layers", None)
     if not isinstance(layers, nn.ModuleList) or not len(layers):
-        what = "compile" if option == "compile_layers" else "checkpoint"
-        raise ValueError(f"{option}: {type(model).__name__} has no decoder.layers to {what}; turn {option} off")
+        raise ValueError(f"{option}: {type(model).__name__} has no decoder.layers to {verb}; turn {option} off")
     return layers
 
 
+@functools.cache
 def _attention_ops() -> frozenset:
+    """The attention kernels' ops (those this torch build has): looked up once, not at every op the policy sees."""
     aten = torch.ops.aten
     names = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
              "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
@@ -119,12 +121,10 @@ def checkpoint_decoder_layers(model: nn.Module) -> int:
     that grows as n^2. The checkpoint wraps each layer's ``forward``, inside the module call,
     so ``compile_decoder_layers`` afterwards compiles it with the layer (the partitioner honours
     the policy). Returns how many layers were wrapped."""
-    import functools
-
     from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
     context_fn = functools.partial(create_selective_checkpoint_contexts, _keep_attention_policy)
-    layers = _decoder_layers(model, "gradient checkpointing")
+    layers = _decoder_layers(model, "gradient checkpointing", "checkpoint")
     for layer in layers:
         forward = layer.forward
 
