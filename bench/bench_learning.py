@@ -2,17 +2,20 @@
 
     .venv/bin/python bench/bench_learning.py [--params deployments/learning.yaml] [--seeds 0 1 2] [--no-ablation]
 
-For each seed, runs the pipeline flow of ``--params`` with its sampling seeded by it; the
-curriculum and the warm start are the first seed's (``--fresh-start``: each seed's own), and
-prints a table: stage, held-out Pass@1, its standard error over runs, and
-the stage's wall time, then the rises start -> RFT and RFT -> last iteration, each against
-two standard errors: the two stages' SEs over runs combined (sampling noise on this task
-set, the issue's definition), and the stricter one paired over tasks (it also counts which
-tasks were drawn; with k = 2 runs the SE over runs can be 0 by chance, the paired one cannot).
-With the ablation, the same seed's RFT checkpoint then goes through the same number of
-iterations with a plain GRPO-style update (symmetric clipping, zero-advantage samples kept,
-sequence-mean loss) and the two are printed side by side. Every figure comes
-from real rollouts graded in real sandboxes; reruns resume (finished stages are skipped).
+For each seed, runs the pipeline flow of ``--params`` from scratch: the seed draws its own
+curriculum, tiny model, warm start and sampling (``--shared-start``: later seeds reuse the first
+seed's curriculum and warm-started policy). It prints the seed's wall time split into
+preparation (images, validation, warm start) and the measured stages, then a table: stage,
+held-out Pass@1, its standard error over runs, and the stage's wall time, then the rises
+start -> RFT and RFT -> last iteration, each against two standard errors: the two stages' SEs
+over runs combined (sampling noise on this task set, the issue's definition), and the stricter
+one paired over tasks (it also counts which tasks were drawn; with k = 2 runs the SE over runs
+can be 0 by chance, the paired one cannot). With the ablation, the same seed's RFT checkpoint
+then goes through the same number of iterations with a plain GRPO-style update (symmetric
+clipping, zero-advantage samples kept, sequence-mean loss) and the two are printed side by
+side; DAPO's lead over GRPO at the last iteration is then averaged over the seeds, its SE
+combined from each seed's paired SE. Every figure comes from real rollouts graded in real
+sandboxes; reruns resume (finished stages are skipped).
 """
 
 from __future__ import annotations
@@ -72,15 +75,59 @@ def _rises(summary: dict, grpo: dict | None = None) -> list[str]:
     return lines
 
 
+def _stage_seconds(run_dir: Path) -> dict[str, float]:
+    """Each finished stage's wall time from the pipeline's ledger (images, validation, warm start, ...)."""
+    from swerl.orchestration.ledger import Ledger
+
+    ledger = Ledger(run_dir)
+    out = {}
+    for name in ledger.finished():
+        result = ledger.get(name) or {}
+        out[name] = float(result.get("seconds") or 0.0)
+    return out
+
+
+def _seed_line(seed: int, r: dict) -> str:
+    spent = _stage_seconds(Path(r["dapo"]["run_dir"]))
+    prep = {k: spent.get(k, 0.0) for k in ("images", "validate", "warm-start")}
+    rl = sum(v for k, v in spent.items() if k not in prep)
+    line = (f"seed {seed}: this call {r['wall'] / 60:.1f} min (stages {sum(spent.values()) / 60:.1f} min: images "
+            f"{prep['images'] / 60:.1f}, validation {prep['validate'] / 60:.1f}, warm start {prep['warm-start'] / 60:.1f}, "
+            f"evaluations, RFT and DAPO {rl / 60:.1f})")
+    if "grpo_wall" in r:
+        line += f"; the GRPO ablation {r['grpo_wall'] / 60:.1f} min more"
+    return line + f"; plot {r['dapo'].get('plot')}"
+
+
+def _over_seeds(results: dict) -> list[str]:
+    """DAPO against GRPO at the last iteration, averaged over seeds (each seed's SE paired over its tasks)."""
+    from swerl.eval.metrics import mean_over_seeds, paired_difference
+
+    diffs = []
+    for r in results.values():
+        if "grpo" not in r:
+            continue
+        last = r["dapo"]["stages"][-1]["stage"]
+        dapo, grpo = _per_task(r["dapo"]), _per_task(r["grpo"])
+        if last in dapo and last in grpo:
+            diffs.append(paired_difference(grpo[last], dapo[last]))
+    if not diffs:
+        return []
+    mean, sem = mean_over_seeds(diffs)
+    return [f"DAPO - GRPO at the last iteration, averaged over {len(diffs)} seeds: {100 * mean:+.1f} points, "
+            f"SE {100 * sem:.1f} ({mean / sem:.1f} SE)" if sem else f"{100 * mean:+.1f} points"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", type=Path, default=ROOT / "deployments/learning.yaml")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--no-ablation", action="store_true")
     ap.add_argument("--run-root", type=Path, default=Path("runs/learning"))
-    ap.add_argument("--fresh-start", action="store_true",
-                    help="each seed generates its own curriculum and warm start; by default every seed starts from the "
-                         "first seed's warm-started policy, as every run in the paper starts from one instruct model")
+    ap.add_argument("--shared-start", action="store_true",
+                    help="later seeds reuse the first seed's curriculum and warm-started policy (as every run in the paper "
+                         "starts from one instruct model); by default each seed generates its own curriculum, tiny model "
+                         "and warm start")
     args = ap.parse_args()
     for key, value in {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90"}.items():
@@ -95,7 +142,7 @@ def main() -> None:
     for seed in args.seeds:
         data = {**base, "name": f"{base.get('name', 'learning').rsplit('-s', 1)[0]}-s{seed}", "seed": seed,
                 "run_root": str(args.run_root)}
-        if args.fresh_start:
+        if not args.shared_start:
             data["curriculum"] = {**data.get("curriculum", {}), "seed": seed}
             data["tiny_model"] = {**data.get("tiny_model", {}), "seed": seed}
         elif shared_start is not None:  # same curriculum (its seed is the file's), same starting policy
@@ -105,7 +152,7 @@ def main() -> None:
         summary = pipeline(params)
         results[seed] = {"dapo": summary, "wall": time.monotonic() - t0}
         warm_policy = params.run_dir / "warm-start" / "train" / "final"
-        if not args.fresh_start and shared_start is None and warm_policy.is_dir():
+        if args.shared_start and shared_start is None and warm_policy.is_dir():
             shared_start = str(warm_policy.resolve())
         if not args.no_ablation:
             rft_policy = params.run_dir / "rft" / "train" / "final"
@@ -117,13 +164,13 @@ def main() -> None:
                 "dapo": params.dapo.model_copy(update={
                     "drop_zero_advantage": False, "loss": params.dapo.loss.model_copy(update={
                         "eps_high": params.dapo.loss.eps_low, "loss_aggregation": "sequence"})})})
+            t0 = time.monotonic()
             results[seed]["grpo"] = pipeline(grpo)
+            results[seed]["grpo_wall"] = time.monotonic() - t0
     load = os.getloadavg()
     print(f"held-out Pass@1 (mean ± SEM over runs) per stage; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     for seed, r in results.items():
-        rl = sum(row.get("seconds", 0) for row in r["dapo"]["stages"])
-        print(f"\nseed {seed}  (this call {r['wall'] / 60:.1f} min; evaluations, RFT and DAPO {rl / 60:.1f} min, "
-              f"without images, validation and warm start; plot {r['dapo'].get('plot')})")
+        print("\n" + _seed_line(seed, r))
         print(f"  {'stage':<8} {'Pass@1 (DAPO)':>15} {'wall s':>8}" + ("" if "grpo" not in r else f" {'Pass@1 (GRPO)':>15} {'wall s':>8}"))
         dapo, grpo = _rows(r["dapo"]), _rows(r["grpo"]) if "grpo" in r else {}
         for stage, row in dapo.items():
@@ -134,6 +181,8 @@ def main() -> None:
             print(line)
         for line in _rises(r["dapo"], r.get("grpo")):
             print(line)
+    for line in _over_seeds(results):
+        print("\n" + line)
 
 
 if __name__ == "__main__":

@@ -234,6 +234,8 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
         def validate_body() -> dict[str, Any]:
             out = {}
             for key, path in sets.items():
+                if key == "warm" and not params.warm_start.validate:
+                    continue
                 suffix = "" if key == "train" else f"-{key}"
                 report = validate_tasks_task(path, Path(images[key]["manifest"]), params.validate_runs,
                                              run_dir / f"validation{suffix}.json", params.sampler.concurrency)
@@ -246,7 +248,7 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
         valid = stage("validate", validate_body, lambda r: validation_facts("validate", r))
         tasks = Path(valid["train"]["tasks"])
         eval_tasks = Path(valid["eval"]["tasks"]) if "eval" in valid else tasks
-        warm_tasks = Path(valid["warm"]["tasks"]) if "warm" in valid else None
+        warm_tasks = Path(valid["warm"]["tasks"]) if "warm" in valid else sets.get("warm")
     else:
         warm_tasks = sets.get("warm")
 

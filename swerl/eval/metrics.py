@@ -99,3 +99,12 @@ def difference_over_runs(before: Mapping[str, Sequence[Outcome]], after: Mapping
     mean_a, sem_a, _ = pass_at_1_over_runs(before)
     mean_b, sem_b, _ = pass_at_1_over_runs(after)
     return mean_b - mean_a, math.sqrt(sem_a**2 + sem_b**2)
+
+
+def mean_over_seeds(differences: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(mean, SE) of per-seed differences, each given as (mean, SE): seeds are independent, so the
+    mean's SE is sqrt(sum of SE^2) / n (each seed on its own tasks, its SE paired over them)."""
+    if not differences:
+        raise ValueError("no seeds")
+    n = len(differences)
+    return sum(d for d, _ in differences) / n, math.sqrt(sum(se**2 for _, se in differences)) / n

@@ -99,3 +99,13 @@ def test_a_paired_rise_needs_the_same_tasks_on_both_sides():
 
     with pytest.raises(ValueError, match=r"different tasks, e.g. \['b'\]"):
         paired_difference({"a": [True], "b": [False]}, {"a": [True]})
+
+
+def test_a_difference_averaged_over_seeds_combines_their_independent_standard_errors():
+    from swerl.eval.metrics import mean_over_seeds
+
+    # three seeds: +6 (SE 3), +3 (SE 4), 0 (SE 0): mean +3, SE sqrt(9 + 16) / 3
+    assert mean_over_seeds([(6.0, 3.0), (3.0, 4.0), (0.0, 0.0)]) == (3.0, 5.0 / 3)
+    assert mean_over_seeds([(0.25, 0.5)]) == (0.25, 0.5)
+    with pytest.raises(ValueError, match="no seeds"):
+        mean_over_seeds([])
