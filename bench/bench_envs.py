@@ -1,11 +1,15 @@
-"""Environment benchmarks: sandbox exec overhead, container start latency, grading throughput, and
-grading time per task (every defence layer on) against the test command alone.
+"""Environment benchmarks: sandbox exec overhead, container start latency, grading throughput,
+grading time per task (every defence layer on) against the test command alone, and instance
+image builds.
 
     .venv/bin/python bench/bench_envs.py [--execs 50] [--starts 8] [--concurrency 1 2 4] [--grading-reps 2]
-                                         [--sections exec start throughput per-task]
+                                         [--builds 24] [--sections exec start throughput per-task builds]
 
 Builds the demo images first (cached), then prints figures; ratios are against raw
-Docker measured in the same run.
+Docker measured in the same run. ``builds`` builds the instance images of ``--builds``
+generated curriculum tasks under throwaway tags, twice, interleaved: as swerl builds them, and
+with the ``RUN git status`` step they used to end with (a build container per image), a
+what-if baseline; the images are removed afterwards.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ def ms(xs: list[float]) -> str:
     return f"median {statistics.median(xs) * 1e3:7.1f} ms  p90 {sorted(xs)[int(0.9 * (len(xs) - 1))] * 1e3:7.1f} ms"
 
 
-SECTIONS = ("exec", "start", "throughput", "per-task")
+SECTIONS = ("exec", "start", "throughput", "per-task", "builds")
 
 
 def main() -> None:
@@ -48,6 +52,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--grading-reps", type=int, default=2, help="Repetitions of the per-task grading vs test-command "
                     "comparison (bench_grading.py measures more tasks).")
+    ap.add_argument("--builds", type=int, default=24, help="Curriculum tasks whose instance images the builds section makes.")
+    ap.add_argument("--build-rounds", type=int, default=2)
     ap.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
     args = ap.parse_args()
 
@@ -128,6 +134,54 @@ def main() -> None:
 
     if "per-task" in args.sections:
         grading_vs_test_command(tasks, images, args.grading_reps)
+
+    if "builds" in args.sections:
+        instance_builds(work, args.builds, args.build_rounds)
+
+
+def instance_builds(work: Path, count: int, rounds: int) -> None:
+    """Instance images of generated tasks as built now, against the same with a trailing ``RUN git status``."""
+    import uuid
+    from unittest import mock
+
+    from swerl.curriculum.config import CurriculumConfig
+    from swerl.curriculum.generate import generate_curriculum
+    from swerl.envs import images as im
+
+    generated = generate_curriculum(work / "curriculum", CurriculumConfig(seed=7, warmup=count, train=1, heldout=1))
+    tasks = load_tasks(generated.tasks_files["warmup"]).tasks
+    config = ImageConfig(repos_dir=generated.repos_dir, log_dir=work / "builds", max_parallel=8)
+    ImageBuilder(config).build_all(tasks[:1])  # the environment image, shared by every variant
+    now = im.instance_dockerfile
+
+    def with_git_status(task, env_tag: str) -> str:
+        return now(task, env_tag) + "RUN git status --porcelain --untracked-files=no > /dev/null\n"
+
+    run = uuid.uuid4().hex[:8]
+    walls: dict[str, list[float]] = {"now": [], "git status": []}
+    client = docker_client()
+    try:
+        for r in range(rounds):  # interleaved, so load drifts reach both alike
+            for name, dockerfile in (("now", now), ("git status", with_git_status)):
+                prefix = f"swerl-bench-build:{run}-{r}-{name.replace(' ', '')}"
+                with mock.patch.object(im, "instance_tag", lambda t, _env, p=prefix: f"{p}-{im.tag_name(t.instance_id)}"), \
+                        mock.patch.object(im, "instance_dockerfile", dockerfile):
+                    t0 = time.perf_counter()
+                    outcomes = ImageBuilder(config).build_all(tasks)
+                    walls[name].append(time.perf_counter() - t0)
+                failed = [o.instance_id for o in outcomes if not o.ok]
+                if failed:
+                    raise RuntimeError(f"builds failed: {failed[:3]}; logs under {work / 'builds'}")
+    finally:
+        for image in client.images.list(name="swerl-bench-build"):
+            if any(tag.split(":", 1)[1].startswith(run) for tag in image.tags):
+                client.images.remove(image.id, force=True)
+    print(f"## instance image builds ({len(tasks)} curriculum tasks, 8 at once, {rounds} rounds interleaved)")
+    base = statistics.median(walls["git status"])
+    for name, label in (("now", "as built now          "), ("git status", "with RUN git status   ")):
+        wall = statistics.median(walls[name])
+        print(f"{label} median {wall:6.1f} s = {wall / len(tasks) * 1e3:6.0f} ms per image   ratio to git status = "
+              f"{wall / base:.2f}x")
 
 
 def grading_vs_test_command(tasks, images: dict[str, str], reps: int) -> None:

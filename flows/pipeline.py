@@ -234,7 +234,7 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
         def validate_body() -> dict[str, Any]:
             out = {}
             for key, path in sets.items():
-                if key == "warm" and not params.warm_start.validate:
+                if key == "warm" and not params.warm_start.validate_tasks:
                     continue
                 suffix = "" if key == "train" else f"-{key}"
                 report = validate_tasks_task(path, Path(images[key]["manifest"]), params.validate_runs,

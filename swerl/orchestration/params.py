@@ -86,7 +86,7 @@ class WarmStartParams(BaseModel):
     sampler: SamplerParams = Field(default_factory=lambda: SamplerParams(engine="scripted"), description="The demonstrator.")
     train: TrainParams = Field(default_factory=_train_params({"optimizer": {"lr": 1e-3}}, epochs=4),
                                description="How to train; the epoch count is the early stop.")
-    validate: bool = Field(True, description="Validate the warm-up tasks with the others (when validate_runs > 0). False "
+    validate_tasks: bool = Field(True, description="Validate the warm-up tasks with the others (when validate_runs > 0). False "
                            "saves their gold-patch runs: a demonstration replays the gold patch and is graded anyway, "
                            "and the warm start imitates it whatever its verdict.")
 

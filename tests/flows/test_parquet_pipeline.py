@@ -3,7 +3,7 @@ as Parquet, read by every stage that reads a task file (images, validation, the 
 the warm start, RFT, DAPO, the evaluations and the lineage digest).
 
 One short run on 3 demo tasks: the tiny model made from the warm-up corpus, warm-started (its tasks not
-validated: `warm_start.validate` off) and RFT'd on scripted demonstrations, one DAPO iteration, each evaluated once, against the test Prefect API,
+validated: `warm_start.validate_tasks` off) and RFT'd on scripted demonstrations, one DAPO iteration, each evaluated once, against the test Prefect API,
 Docker and SQLite."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def pipeline_run(prefect_api, docker_ready, demo, task_slice, parquet_sets, tmp_
     params = PipelineParams(
         name=NAME, run_root=tmp / "runs", tasks=parquet_sets["train"], eval_tasks=parquet_sets["eval"], repos=demo.repos_dir,
         validate_runs=1, seed=5,
-        warm_start=WarmStartParams(tasks=parquet_sets["warm"], sampler=scripted, validate=False,
+        warm_start=WarmStartParams(tasks=parquet_sets["warm"], sampler=scripted, validate_tasks=False,
                                    train=TrainParams(batch_size=3, optimizer={"lr": 1e-3})),
         sampler=SamplerParams(engine="hf", concurrency=3, agent={"max_turns": 2, "max_new_tokens": 16}),
         rft=RFTParams(sampler=scripted, samples=1, train=TrainParams(batch_size=3, optimizer={"lr": 1e-3})),
