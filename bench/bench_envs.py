@@ -7,9 +7,10 @@ image builds.
 
 Builds the demo images first (cached), then prints figures; ratios are against raw
 Docker measured in the same run. ``builds`` builds the instance images of ``--builds``
-generated curriculum tasks under throwaway tags, twice, interleaved: as swerl builds them, and
-with the ``RUN git status`` step they used to end with (a build container per image), a
-what-if baseline; the images are removed afterwards.
+generated curriculum tasks under throwaway tags, interleaved: as swerl builds them, with the
+daemon's layer cache looked up (what-if), and with that and the ``RUN git status`` step they
+used to end with (a build container per image: how they were built before); the images are
+removed afterwards.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def main() -> None:
 
 
 def instance_builds(work: Path, count: int, rounds: int) -> None:
-    """Instance images of generated tasks as built now, against the same with a trailing ``RUN git status``."""
+    """Instance images of generated tasks as built now, against the layer cache looked up, and that plus ``RUN git status``."""
     import uuid
     from unittest import mock
 
@@ -157,15 +158,20 @@ def instance_builds(work: Path, count: int, rounds: int) -> None:
     def with_git_status(task, env_tag: str) -> str:
         return now(task, env_tag) + "RUN git status --porcelain --untracked-files=no > /dev/null\n"
 
+    def cached_build(*a, **kw):
+        return build_image(*a, **{**kw, "use_cache": True})
+
+    build_image = im.build_image
     run = uuid.uuid4().hex[:8]
-    walls: dict[str, list[float]] = {"now": [], "git status": []}
+    variants = {"now": (now, build_image), "layer cache": (now, cached_build), "git status": (with_git_status, cached_build)}
+    walls: dict[str, list[float]] = {name: [] for name in variants}
     client = docker_client()
     try:
-        for r in range(rounds):  # interleaved, so load drifts reach both alike
-            for name, dockerfile in (("now", now), ("git status", with_git_status)):
+        for r in range(rounds):  # interleaved, so load drifts reach every variant alike
+            for name, (dockerfile, build) in variants.items():
                 prefix = f"swerl-bench-build:{run}-{r}-{name.replace(' ', '')}"
                 with mock.patch.object(im, "instance_tag", lambda t, _env, p=prefix: f"{p}-{im.tag_name(t.instance_id)}"), \
-                        mock.patch.object(im, "instance_dockerfile", dockerfile):
+                        mock.patch.object(im, "instance_dockerfile", dockerfile), mock.patch.object(im, "build_image", build):
                     t0 = time.perf_counter()
                     outcomes = ImageBuilder(config).build_all(tasks)
                     walls[name].append(time.perf_counter() - t0)
@@ -178,7 +184,8 @@ def instance_builds(work: Path, count: int, rounds: int) -> None:
                 client.images.remove(image.id, force=True)
     print(f"## instance image builds ({len(tasks)} curriculum tasks, 8 at once, {rounds} rounds interleaved)")
     base = statistics.median(walls["git status"])
-    for name, label in (("now", "as built now          "), ("git status", "with RUN git status   ")):
+    for name, label in (("now", "as built now          "), ("layer cache", "with the layer cache  "),
+                        ("git status", "cache + RUN git status")):
         wall = statistics.median(walls[name])
         print(f"{label} median {wall:6.1f} s = {wall / len(tasks) * 1e3:6.0f} ms per image   ratio to git status = "
               f"{wall / base:.2f}x")

@@ -75,8 +75,16 @@ def _quoted(value: str) -> str:
 
 
 def build_image(dockerfile: str, tag: str, log_path: Path, *, context: Path | None = None,
-                files: dict[str, bytes] | None = None, labels: dict[str, str] | None = None) -> str:
-    """Build ``tag`` and return its image id; raise ImageBuildError with the log's tail."""
+                files: dict[str, bytes] | None = None, labels: dict[str, str] | None = None,
+                use_cache: bool = True) -> str:
+    """Build ``tag`` and return its image id; raise ImageBuildError with the log's tail.
+
+    ``use_cache=False`` skips the daemon's layer cache. The legacy builder's lookup reads every
+    child image of the step's parent, and one removed meanwhile by another client fails the
+    build ("unable to find image sha256:..."; seen on a COPY step while other work removed
+    images). An instance image's layers are its own, so for it the lookup can only cost: its
+    environment image has one child per instance built on it.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
     if labels:
@@ -93,7 +101,7 @@ def build_image(dockerfile: str, tag: str, log_path: Path, *, context: Path | No
         try:
             for chunk in client.api.build(
                 fileobj=context_tar(context, payload), custom_context=True, tag=tag, rm=True, forcerm=True,
-                decode=True,
+                decode=True, nocache=not use_cache,
             ):
                 text = chunk.get("stream") or ""
                 if "error" in chunk:

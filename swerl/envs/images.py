@@ -265,9 +265,11 @@ class ImageBuilder:
                 source = repo_source(self.config.repos_dir, github=self.config.github)
                 with tempfile.TemporaryDirectory(prefix="swerl-ctx-") as ctx:
                     export_testbed(source.locate(task.repo), task.base_commit, Path(ctx) / "testbed")
+                    # no layer cache: see build_image
                     build_image(
                         instance_dockerfile(task, spec.tag), tag, log, context=Path(ctx),
                         labels={labels.MANAGED: "1", labels.KIND: "instance", labels.INSTANCE_ID: task.instance_id},
+                        use_cache=False,
                     )
             outcome.image_id = docker_client().images.get(tag).id
         except (ImageBuildError, RepoNotFoundError, BaseImageError, RuntimeError, OSError) as e:
