@@ -158,10 +158,11 @@ def instance_builds(work: Path, count: int, rounds: int) -> None:
     def with_git_status(task, env_tag: str) -> str:
         return now(task, env_tag) + "RUN git status --porcelain --untracked-files=no > /dev/null\n"
 
+    build_image = im.build_image
+
     def cached_build(*a, **kw):
         return build_image(*a, **{**kw, "use_cache": True})
 
-    build_image = im.build_image
     run = uuid.uuid4().hex[:8]
     variants = {"now": (now, build_image), "layer cache": (now, cached_build), "git status": (with_git_status, cached_build)}
     walls: dict[str, list[float]] = {name: [] for name in variants}

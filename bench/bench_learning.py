@@ -21,6 +21,7 @@ sandboxes; reruns resume (finished stages are skipped).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -44,9 +45,14 @@ def _fmt(row: dict | None) -> str:
 
 def _per_task(summary: dict) -> dict[str, dict]:
     """Each evaluated stage's ``{instance_id: [resolved per run]}``."""
+    return _outcomes(summary["run_dir"], tuple(row["stage"] for row in summary["stages"]))
+
+
+@functools.cache  # the rises and the average over seeds read the same evaluations
+def _outcomes(run_dir: str, stages: tuple[str, ...]) -> dict[str, dict]:
     from swerl.orchestration.summary import per_task_outcomes
 
-    return per_task_outcomes(Path(summary["run_dir"]), [row["stage"] for row in summary["stages"]])
+    return per_task_outcomes(Path(run_dir), list(stages))
 
 
 def _rise(label: str, before: dict, after: dict) -> str:

@@ -230,12 +230,14 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
         return out
 
     images = stage("images", images_body, lambda r: images_facts("images", r))
+    warm_tasks = sets.get("warm")
     if params.validate_runs:
+        # the warm-up set only on request: its demonstrations replay gold patches, graded anyway
+        checked = {k: p for k, p in sets.items() if k != "warm" or params.warm_start.validate_tasks}
+
         def validate_body() -> dict[str, Any]:
             out = {}
-            for key, path in sets.items():
-                if key == "warm" and not params.warm_start.validate_tasks:
-                    continue
+            for key, path in checked.items():
                 suffix = "" if key == "train" else f"-{key}"
                 report = validate_tasks_task(path, Path(images[key]["manifest"]), params.validate_runs,
                                              run_dir / f"validation{suffix}.json", params.sampler.concurrency)
@@ -248,9 +250,8 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
         valid = stage("validate", validate_body, lambda r: validation_facts("validate", r))
         tasks = Path(valid["train"]["tasks"])
         eval_tasks = Path(valid["eval"]["tasks"]) if "eval" in valid else tasks
-        warm_tasks = Path(valid["warm"]["tasks"]) if "warm" in valid else sets.get("warm")
-    else:
-        warm_tasks = sets.get("warm")
+        if "warm" in valid:
+            warm_tasks = Path(valid["warm"]["tasks"])
 
     policy = PolicyRef.of(inputs["model"], "0")
 

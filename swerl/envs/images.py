@@ -138,7 +138,7 @@ def instance_dockerfile(task: Task, env_tag: str) -> str:
     lines += [f"RUN pip install -r {shlex.quote(r)}" for r in reqs]
     if cfg.install:
         lines.append(f"RUN {cfg.install}")
-    # no `RUN git status` to refresh the index: a RUN starts a container, half of a small task's build; git
+    # no `RUN git status` to refresh the index: a RUN starts a container, a third of a small task's build; git
     # re-checks the copied files' stat data once, at a sandbox's first git command, and finds them unchanged
     return "\n".join(lines) + "\n"
 

@@ -2,9 +2,9 @@
 as Parquet, read by every stage that reads a task file (images, validation, the tiny model's corpus,
 the warm start, RFT, DAPO, the evaluations and the lineage digest).
 
-One short run on 3 demo tasks: the tiny model made from the warm-up corpus, warm-started (its tasks not
-validated: `warm_start.validate_tasks` off) and RFT'd on scripted demonstrations, one DAPO iteration, each evaluated once, against the test Prefect API,
-Docker and SQLite."""
+One short run on 3 demo tasks: the tiny model made from the warm-up corpus, warm-started (its tasks
+not validated: `warm_start.validate_tasks` off) and RFT'd on scripted demonstrations, one DAPO
+iteration, each evaluated once, against the test Prefect API, Docker and SQLite."""
 
 from __future__ import annotations
 
