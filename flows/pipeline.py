@@ -173,7 +173,8 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
                                       f"stage ledger `{ledger.path}`")
 
     stages = stage_plan(params)
-    plan = ["images"] + (["validate"] if params.validate_runs else []) + [s.name for s in stages]
+    validating = bool(params.validate_runs and params.validate_sets)
+    plan = ["images"] + (["validate"] if validating else []) + [s.name for s in stages]
     progress_id = create_progress_artifact(progress=100.0 * len([s for s in plan if ledger.get(s)]) / len(plan),
                                            key=artifact_key("progress", params.name), description=f"Stages of {params.name}")
     rows: list[dict[str, Any]] = []
@@ -231,9 +232,10 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
 
     images = stage("images", images_body, lambda r: images_facts("images", r))
     warm_tasks = sets.get("warm")
-    if params.validate_runs:
-        # the warm-up set only on request: its demonstrations replay gold patches, graded anyway
-        checked = {k: p for k, p in sets.items() if k != "warm" or params.warm_start.validate_tasks}
+    if validating:
+        # the held-out set doubles as the training set when no separate one is given
+        wanted = set(params.validate_sets) | ({"train"} if "eval" in params.validate_sets and "eval" not in sets else set())
+        checked = {k: p for k, p in sets.items() if k in wanted}
 
         def validate_body() -> dict[str, Any]:
             out = {}
@@ -248,8 +250,12 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
             return out
 
         valid = stage("validate", validate_body, lambda r: validation_facts("validate", r))
-        tasks = Path(valid["train"]["tasks"])
-        eval_tasks = Path(valid["eval"]["tasks"]) if "eval" in valid else tasks
+        if "train" in valid:
+            tasks = Path(valid["train"]["tasks"])
+        if "eval" in valid:
+            eval_tasks = Path(valid["eval"]["tasks"])
+        elif "eval" not in sets:
+            eval_tasks = tasks
         if "warm" in valid:
             warm_tasks = Path(valid["warm"]["tasks"])
 

@@ -8,7 +8,7 @@ model, local Docker, MLflow on SQLite.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -86,9 +86,6 @@ class WarmStartParams(BaseModel):
     sampler: SamplerParams = Field(default_factory=lambda: SamplerParams(engine="scripted"), description="The demonstrator.")
     train: TrainParams = Field(default_factory=_train_params({"optimizer": {"lr": 1e-3}}, epochs=4),
                                description="How to train; the epoch count is the early stop.")
-    validate_tasks: bool = Field(True, description="Validate the warm-up tasks with the others (when validate_runs > 0). False "
-                           "saves their gold-patch runs: a demonstration replays the gold patch and is graded anyway, "
-                           "and the warm start imitates it whatever its verdict.")
 
 
 class DAPOParams(DAPOObjective):
@@ -130,6 +127,11 @@ class PipelineParams(BaseModel):
     curriculum: CurriculumConfig | None = Field(None, description="Generate the tasks (swerl.curriculum): train, held-out "
                                                 "(evaluation) and warm-up splits; `tasks`/`eval_tasks` must then be unset.")
     validate_runs: int = Field(1, ge=0, le=100, description="Gold-patch runs per task when validating the task set (0: skip).")
+    validate_sets: list[Literal["train", "eval", "warm"]] = Field(
+        ["train", "eval", "warm"], description="Which task sets are validated (when validate_runs > 0). The held-out "
+        "set keeps the measure on tasks that can be solved; a training task whose tests miss the bug would reward any "
+        "edit, so leave `train` out only for a generator known to make valid tasks (the curriculum's: "
+        "tests/integration/test_curriculum_tasks.py); a warm-up demonstration replays the gold patch and is graded anyway.")
     warm_start: WarmStartParams | None = Field(None, description="Supervised warm-up of the starting model before the "
                                                "start's evaluation (None: start from the model as it is).")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Base seed of sampling and training.")

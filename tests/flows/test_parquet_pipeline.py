@@ -2,9 +2,9 @@
 as Parquet, read by every stage that reads a task file (images, validation, the tiny model's corpus,
 the warm start, RFT, DAPO, the evaluations and the lineage digest).
 
-One short run on 3 demo tasks: the tiny model made from the warm-up corpus, warm-started (its tasks
-not validated: `warm_start.validate_tasks` off) and RFT'd on scripted demonstrations, one DAPO
-iteration, each evaluated once, against the test Prefect API, Docker and SQLite."""
+One short run on 3 demo tasks: the tiny model made from the warm-up corpus, warm-started and RFT'd on scripted demonstrations, one DAPO
+iteration, each evaluated once; only the held-out set validated (`validate_sets`), so the
+later stages read the training and warm-up Parquet files themselves; against the test Prefect API, Docker and SQLite."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def pipeline_run(prefect_api, docker_ready, demo, task_slice, parquet_sets, tmp_
     scripted = SamplerParams(engine="scripted", concurrency=3, agent={"max_turns": 20})
     params = PipelineParams(
         name=NAME, run_root=tmp / "runs", tasks=parquet_sets["train"], eval_tasks=parquet_sets["eval"], repos=demo.repos_dir,
-        validate_runs=1, seed=5,
-        warm_start=WarmStartParams(tasks=parquet_sets["warm"], sampler=scripted, validate_tasks=False,
+        validate_runs=1, validate_sets=["eval"], seed=5,
+        warm_start=WarmStartParams(tasks=parquet_sets["warm"], sampler=scripted,
                                    train=TrainParams(batch_size=3, optimizer={"lr": 1e-3})),
         sampler=SamplerParams(engine="hf", concurrency=3, agent={"max_turns": 2, "max_new_tokens": 16}),
         rft=RFTParams(sampler=scripted, samples=1, train=TrainParams(batch_size=3, optimizer={"lr": 1e-3})),
@@ -59,22 +59,21 @@ def test_every_stage_ran_on_the_parquet_task_sets(pipeline_run):
     assert Ledger(pipeline_run.run_dir).finished() == STAGES
 
 
-def test_validation_kept_every_task_of_each_validated_parquet_set(pipeline_run, task_slice):
+def test_validation_kept_every_task_of_the_held_out_parquet_set(pipeline_run, task_slice):
     from swerl.data.loaders import load_tasks
 
     ids = sorted(t.instance_id for t in load_tasks(task_slice).tasks)
-    run_dir = pipeline_run.run_dir
-    for kept in ("tasks.valid.jsonl", "tasks-eval.valid.jsonl"):
-        assert sorted(t.instance_id for t in load_tasks(run_dir / kept).tasks) == ids, kept
+    assert sorted(t.instance_id for t in load_tasks(pipeline_run.run_dir / "tasks-eval.valid.jsonl").tasks) == ids
 
 
-def test_warm_up_tasks_left_unvalidated_are_demonstrated_as_given(pipeline_run):
+def test_sets_left_out_of_validate_sets_are_not_validated(pipeline_run):
     from swerl.orchestration.ledger import Ledger
 
     run_dir = pipeline_run.run_dir
     validated = Ledger(run_dir).get("validate")
-    assert sorted(key for key, report in validated.items() if isinstance(report, dict)) == ["eval", "train"]
-    assert not (run_dir / "validation-warm.json").exists() and not (run_dir / "tasks-warm.valid.jsonl").exists()
+    assert sorted(key for key, report in validated.items() if isinstance(report, dict)) == ["eval"]
+    for name in ("validation.json", "tasks.valid.jsonl", "validation-warm.json", "tasks-warm.valid.jsonl"):
+        assert not (run_dir / name).exists(), name
 
 
 def test_every_rollout_sampled_every_task(pipeline_run, task_slice):

@@ -220,6 +220,13 @@ def test_a_curriculum_replaces_the_task_files_and_feeds_the_warm_start():
         PipelineParams(warm_start={})
 
 
+def test_every_task_set_is_validated_unless_validate_sets_names_fewer():
+    assert PipelineParams().validate_sets == ["train", "eval", "warm"]
+    assert PipelineParams(validate_sets=["eval"]).validate_sets == ["eval"]
+    with pytest.raises(ValidationError, match="validate_sets"):
+        PipelineParams(validate_sets=["heldout"])
+
+
 def test_the_learning_run_parameters_are_valid_pipeline_parameters():
     from pathlib import Path
 
@@ -229,5 +236,6 @@ def test_the_learning_run_parameters_are_valid_pipeline_parameters():
     assert p.curriculum is not None and p.warm_start is not None and p.warm_start.tasks is None
     assert p.curriculum.bug_kinds == ["string_method", "arithmetic_operator", "comparison_boundary"]
     assert p.warm_start.sampler.demo_give_up == 0.5
-    assert (p.rft.samples, p.rft.train.epochs, p.eval.runs, p.dapo.iterations, p.dapo.samples) == (2, 1, 4, 2, 4)
+    assert (p.rft.samples, p.rft.train.epochs, p.eval.runs, p.dapo.iterations, p.dapo.samples) == (1, 1, 2, 2, 4)
+    assert (p.warm_start.train.epochs, p.validate_sets) == (20, ["eval"])
     assert p.sampler.torch_threads == 1
