@@ -14,7 +14,9 @@ can be 0 by chance, the paired one cannot). With the ablation, the same seed's R
 then goes through the same number of iterations with a plain GRPO-style update (symmetric
 clipping, zero-advantage samples kept, sequence-mean loss) and the two are printed side by
 side; DAPO's lead over GRPO at the last iteration is then averaged over the seeds, its SE
-combined from each seed's paired SE. Every figure comes from real rollouts graded in real
+combined from each seed's paired SE. Last, the learning proof's bar, met or not: each seed's two
+rises above 3 SE paired over tasks and the whole seed (preparation included) under 30 minutes,
+and DAPO's lead over GRPO, averaged over every seed, above 2 SE. Every figure comes from real rollouts graded in real
 sandboxes; reruns resume (finished stages are skipped).
 """
 
@@ -105,23 +107,70 @@ def _seed_line(seed: int, r: dict) -> str:
     return line + f"; plot {r['dapo'].get('plot')}"
 
 
+def _leads(results: dict) -> list[tuple[float, float]]:
+    """Each ablated seed's DAPO - GRPO at the last iteration, (mean, SE) paired over its tasks."""
+    from swerl.eval.metrics import paired_difference
+
+    out = []
+    for r in results.values():
+        last = r["dapo"]["stages"][-1]["stage"]
+        dapo, grpo = _per_task(r["dapo"]), _per_task(r["grpo"]) if "grpo" in r else {}
+        if last in dapo and last in grpo:
+            out.append(paired_difference(grpo[last], dapo[last]))
+    return out
+
+
 def _over_seeds(results: dict) -> list[str]:
     """DAPO against GRPO at the last iteration, averaged over seeds (each seed's SE paired over its tasks)."""
-    from swerl.eval.metrics import mean_over_seeds, paired_difference
+    from swerl.eval.metrics import mean_over_seeds
 
-    diffs = []
-    for r in results.values():
-        if "grpo" not in r:
-            continue
-        last = r["dapo"]["stages"][-1]["stage"]
-        dapo, grpo = _per_task(r["dapo"]), _per_task(r["grpo"])
-        if last in dapo and last in grpo:
-            diffs.append(paired_difference(grpo[last], dapo[last]))
+    diffs = _leads(results)
     if not diffs:
         return []
     mean, sem = mean_over_seeds(diffs)
     return [f"DAPO - GRPO at the last iteration, averaged over {len(diffs)} seeds: {100 * mean:+.1f} points, "
             f"SE {100 * sem:.1f} ({mean / sem:.1f} SE)" if sem else f"{100 * mean:+.1f} points"]
+
+
+def _verdict(results: dict, *, rise_se: float = 3.0, lead_se: float = 2.0, minutes: float = 30.0) -> list[str]:
+    """The learning proof's bar, seed by seed: both rises above ``rise_se`` SEs paired over tasks, the
+    whole seed (preparation included) under ``minutes``; then DAPO's lead over GRPO,
+    averaged over the seeds, above ``lead_se`` SEs."""
+    from swerl.eval.metrics import paired_difference
+
+    lines, passed = [f"the bar: each rise > {rise_se:g} SE paired over tasks, each seed < {minutes:g} min, "
+                     f"DAPO - GRPO averaged over seeds > {lead_se:g} SE"], True
+    for seed, r in results.items():
+        per_task = _per_task(r["dapo"])
+        last = r["dapo"]["stages"][-1]["stage"]
+        # a fresh call's wall time also counts making the curriculum and the tiny model; a resumed one's
+        # stages ran in an earlier call, and the ledger kept their times
+        spent = max(r["wall"], sum(_stage_seconds(Path(r["dapo"]["run_dir"])).values())) / 60
+        cells, ok = [], spent < minutes
+        for a, b in (("start", "rft"), ("rft", last)):
+            if a not in per_task or b not in per_task or a == b:
+                cells.append(f"{a} -> {b} not measured")
+                ok = False
+                continue
+            rise, sem = paired_difference(per_task[a], per_task[b])
+            ratio = rise / sem if sem else float("inf")
+            ok &= ratio > rise_se
+            cells.append(f"{a} -> {b} {ratio:+.1f} SE")
+        passed &= ok
+        lines.append(f"  seed {seed}: {', '.join(cells)}, {spent:.1f} min: {'met' if ok else 'NOT met'}")
+    diffs = _leads(results)
+    if diffs:
+        from swerl.eval.metrics import mean_over_seeds
+
+        mean, sem = mean_over_seeds(diffs)
+        ok = bool(sem) and mean / sem > lead_se and len(diffs) == len(results)  # every seed ablated
+        passed &= ok
+        lines.append(f"  DAPO - GRPO over {len(diffs)} of {len(results)} seeds: {mean / sem if sem else float('inf'):+.1f} SE: "
+                     f"{'met' if ok else 'NOT met'}")
+    else:
+        passed = False
+        lines.append("  DAPO - GRPO: no ablation run")
+    return lines + [f"learning proof: {'met' if passed else 'NOT met'}"]
 
 
 def main() -> None:
@@ -189,6 +238,7 @@ def main() -> None:
             print(line)
     for line in _over_seeds(results):
         print("\n" + line)
+    print("\n" + "\n".join(_verdict(results)))
 
 
 if __name__ == "__main__":

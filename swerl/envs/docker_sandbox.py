@@ -178,8 +178,8 @@ class DockerSandbox(ContainerSandboxPaths):
             if self._container is not None:
                 try:
                     self._container.remove(force=True)
-                except NotFound:
-                    pass
+                except NotFound:  # auto-removal won, but may still be listed for a moment
+                    self._wait_removed()
                 except APIError as e:
                     if "in progress" not in str(e):
                         raise
@@ -192,11 +192,12 @@ class DockerSandbox(ContainerSandboxPaths):
                 self._slots.release()
 
     def _wait_removed(self, timeout_s: float = 30.0) -> None:
+        """Until the daemon no longer lists the container: leak checks and the reaper list, and a removal
+        can answer 404 to inspection while the listing still shows it (a leak check once saw one just
+        after close, when auto-removal won the race)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            try:
-                self._container.reload()
-            except NotFound:
+            if not self._docker().containers.list(all=True, sparse=True, filters={"id": self._container.id}):
                 return
             time.sleep(0.05)
 

@@ -236,6 +236,5 @@ def test_the_learning_run_parameters_are_valid_pipeline_parameters():
     assert p.curriculum is not None and p.warm_start is not None and p.warm_start.tasks is None
     assert p.curriculum.bug_kinds == ["string_method", "arithmetic_operator", "comparison_boundary"]
     assert p.warm_start.sampler.demo_give_up == 0.5
-    assert (p.rft.samples, p.rft.train.epochs, p.eval.runs, p.dapo.iterations, p.dapo.samples) == (1, 1, 2, 2, 4)
-    assert (p.warm_start.train.epochs, p.validate_sets) == (20, ["eval"])
+    assert (p.rft.samples, p.rft.train.epochs, p.eval.runs, p.dapo.iterations, p.dapo.samples) == (2, 1, 4, 2, 4)
     assert p.sampler.torch_threads == 1
