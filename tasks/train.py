@@ -22,7 +22,9 @@ def _callbacks():
         log.info("training: %d of %d step(s) already done", done, total)
 
     def on_step(m: dict[str, Any]) -> None:
-        log.info("step %d loss %.4g grad_norm %.3g tokens/s %.0f", m["step"], m["loss"], m["grad_norm"], m.get("tokens_per_s", 0.0))
+        kl = f" approx_kl {m['approx_kl']:.3g}" if "approx_kl" in m else ""
+        log.info("step %d loss %.4g grad_norm %.3g%s tokens/s %.0f", m["step"], m["loss"], m["grad_norm"], kl,
+                 m.get("tokens_per_s", 0.0))
 
     return dict(on_start=on_start, on_step=on_step, on_data=log.info)
 
@@ -55,6 +57,11 @@ def _outcome(fn, stage, found: list) -> dict[str, Any]:
     except NothingToTrainError as e:
         # no learning signal is an outcome, not a failure: the policy carries forward
         return {"trained": False, "reason": str(e), "final": None, "steps": 0, "data": {}, "step_metrics": []}
+    if "stopped_kl" in result.data:
+        from prefect.logging import get_run_logger
+
+        get_run_logger().info("the update ended at step %d: approx_kl %.3g passed train.target_kl %g", result.steps,
+                              result.data["stopped_kl"], stage.train.target_kl)
     return {"trained": True, "reason": None, "final": str(result.final) if result.final else None, "steps": result.steps,
             "new_steps": result.new_steps, "rows": result.rows, "data": result.data,
             # every step of the run, including those a crashed attempt took before this one resumed

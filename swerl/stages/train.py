@@ -34,6 +34,9 @@ class TrainSettings(TrainerSettings):
     keep_last: int = Field(0, ge=0, description="Keep only the newest N step checkpoints (0: all).")
     save_every: int = Field(1, ge=1, le=1_000_000, description="Write a checkpoint every N steps and at the last "
                             "(a long supervised run need not write one per step).")
+    target_kl: float | None = Field(None, gt=0.0, le=10.0, description="DAPO: end the update after the first step whose "
+                                    "approx_kl (k3, against the policy that sampled) passes this, as PPO's target_kl does; "
+                                    "more epochs over the same rollouts would drift off that policy. None: every epoch runs.")
 
 
 class TrainCommon(BaseModel):
@@ -135,13 +138,17 @@ def _train(stage: TrainCommon, rows, config: TrainerConfig, spec: dict, extra: d
     t = stage.train
     spec = {**spec, "model": model, "batch_size": t.batch_size, "seed": stage.seed, "rows": len(rows),
             "data": data.fingerprint(rows, batch_size=t.batch_size, seed=stage.seed)}
+    if t.target_kl is not None:  # only then: runs written before the option resume unchanged
+        spec["target_kl"] = t.target_kl
     try:
         result: RunResult = train_run(
             stage.model, config, stage.out, lambda e: data.epoch_batches(rows, t.batch_size, stage.seed, e), t.epochs,
             data.steps_per_epoch(len(rows), t.batch_size), spec=spec, iteration=stage.iteration, extra_metrics=extra,
-            keep_last=t.keep_last, save_every=t.save_every, on_start=on_start, on_step=on_step)
+            keep_last=t.keep_last, save_every=t.save_every, on_start=on_start, on_step=on_step, target_kl=t.target_kl)
     except RunMismatchError as e:
         raise StageInputError(str(e)) from e
+    if result.stopped_kl is not None:  # the update ended early: say where, beside the data figures
+        extra = {**extra, "stopped_kl": result.stopped_kl}
     return TrainOutcome(out=result.out, final=result.final, steps=result.steps, new_steps=result.new_steps, rows=len(rows),
                         data=extra, metrics=result.metrics)
 

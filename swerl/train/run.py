@@ -47,8 +47,9 @@ class RunResult:
     steps: int  # optimiser steps of the whole run so far
     new_steps: int  # taken by this call
     resumed_from: Path | None
-    final: Path | None  # out/final once every epoch is done
+    final: Path | None  # out/final once every epoch is done (or the run stopped at target_kl)
     metrics: list[dict[str, Any]] = field(default_factory=list)  # this call's steps
+    stopped_kl: float | None = None  # the approx_kl that ended the run before its last epoch
 
 
 def _check_run(out: Path, spec: Mapping[str, Any], write: bool) -> None:
@@ -104,7 +105,7 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
               epochs: int, steps_per_epoch: int, *, spec: Mapping[str, Any], iteration: int = 0,
               extra_metrics: Mapping[str, float] | None = None, keep_last: int = 0, save_every: int = 1,
               on_start: Callable[[int, int], None] | None = None,
-              on_step: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+              on_step: Callable[[dict[str, Any]], None] | None = None, target_kl: float | None = None) -> RunResult:
     """Train ``epochs`` epochs of ``batches(epoch)`` (``steps_per_epoch`` each) from ``model``
     into ``out``, resuming what is there. Only the first process (RANK 0) writes the files.
 
@@ -113,6 +114,10 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
     runs before training, ``on_step(metrics)`` after each step. A checkpoint is written every
     ``save_every`` steps and at the last; a crash loses at most the steps since the last one
     (their metrics lines are dropped on resume and the steps redone).
+
+    ``target_kl``: the run ends after the first step whose ``approx_kl`` passes it (PPO's early
+    stop: more passes over the same samples drift off the policy that drew them). That step is
+    checkpointed as the last, its position says so, and a rerun finds the run finished.
     """
     if save_every < 1:
         raise ValueError(f"save_every must be at least 1, got {save_every}")
@@ -122,14 +127,17 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
     writer = _rank0()
     _check_run(out, {**spec, "epochs": epochs, "steps_per_epoch": steps_per_epoch}, writer)
     resumed = latest_checkpoint(out)
-    epoch, next_batch, done = 0, 0, 0
+    epoch, next_batch, done, stopped_kl = 0, 0, 0, None
     if resumed is not None:
         state = read_state(resumed)
         position = state["data_position"]
         epoch, next_batch, done = int(position.get("epoch", 0)), int(position.get("next_batch", 0)), int(state["step"])
+        stopped_kl = position.get("stopped_kl")
+        if stopped_kl is not None:  # ended at target_kl: finished, whatever the epoch count
+            epoch = epochs
     if on_start:
         on_start(done, total)
-    result = RunResult(out, done, 0, resumed, None)
+    result = RunResult(out, done, 0, resumed, None, stopped_kl=stopped_kl)
     if epoch < epochs:
         trainer = make_trainer(model, config)
         try:
@@ -145,12 +153,16 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
                     position = {"epoch": epoch, "next_batch": next_batch + 1}
                     if next_batch + 1 == len(epoch_rows):
                         position = {"epoch": epoch + 1, "next_batch": 0}
+                    kl = metrics.get("approx_kl")
+                    if target_kl is not None and kl is not None and float(kl) > target_kl:
+                        result.stopped_kl = float(kl)
+                        position = {"epoch": epochs, "next_batch": 0, "stopped_kl": result.stopped_kl}
                     record = {**metrics, **(extra_metrics or {}), "step": trainer.step, "epoch": epoch,
                               "batch": next_batch, "sequences": len(batch), "iteration": iteration, "time": time.time()}
                     if writer:
                         with (out / METRICS_FILE).open("a", encoding="utf-8") as f:
                             f.write(json.dumps(record) + "\n")
-                    if trainer.step % save_every == 0 or trainer.step >= total:
+                    if trainer.step % save_every == 0 or trainer.step >= total or result.stopped_kl is not None:
                         trainer.save(step_dir(out, trainer.step), iteration=iteration, data_position=position)
                         if writer:
                             _prune(out, keep_last)
@@ -159,12 +171,14 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
                     if on_step:
                         on_step(record)
                     next_batch += 1
-                epoch, next_batch = epoch + 1, 0
+                    if result.stopped_kl is not None:
+                        break
+                epoch, next_batch = (epochs if result.stopped_kl is not None else epoch + 1), 0
             result.steps = trainer.step
         finally:
             trainer.close()
     last = latest_checkpoint(out)
-    if last is not None and result.steps >= total:
+    if last is not None and (result.steps >= total or result.stopped_kl is not None):
         result.final = _link_final(out, last) if writer else out / FINAL
     return result
 

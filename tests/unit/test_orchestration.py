@@ -227,6 +227,13 @@ def test_every_task_set_is_validated_unless_validate_sets_names_fewer():
         PipelineParams(validate_sets=["heldout"])
 
 
+def test_dapo_target_kl_is_off_unless_set_and_positive():
+    assert PipelineParams().dapo.train.target_kl is None
+    assert PipelineParams(dapo={"train": {"target_kl": 0.1}}).dapo.train.target_kl == 0.1
+    with pytest.raises(ValidationError, match="target_kl"):
+        PipelineParams(dapo={"train": {"target_kl": 0.0}})
+
+
 def test_the_learning_run_parameters_are_valid_pipeline_parameters():
     from pathlib import Path
 
