@@ -60,7 +60,7 @@ def _outcome(fn, stage, found: list) -> dict[str, Any]:
     if "stopped_kl" in result.data:
         from prefect.logging import get_run_logger
 
-        get_run_logger().info("the update ended at step %d: approx_kl %.3g passed train.target_kl %g", result.steps,
+        get_run_logger().info("the update ended at step %d: its last epoch's mean approx_kl %.3g passed train.target_kl %g", result.steps,
                               result.data["stopped_kl"], stage.train.target_kl)
     return {"trained": True, "reason": None, "final": str(result.final) if result.final else None, "steps": result.steps,
             "new_steps": result.new_steps, "rows": result.rows, "data": result.data,

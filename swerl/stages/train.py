@@ -34,9 +34,10 @@ class TrainSettings(TrainerSettings):
     keep_last: int = Field(0, ge=0, description="Keep only the newest N step checkpoints (0: all).")
     save_every: int = Field(1, ge=1, le=1_000_000, description="Write a checkpoint every N steps and at the last "
                             "(a long supervised run need not write one per step).")
-    target_kl: float | None = Field(None, gt=0.0, le=10.0, description="DAPO: end the update after the first step whose "
-                                    "approx_kl (k3, against the policy that sampled) passes this, as PPO's target_kl does; "
-                                    "more epochs over the same rollouts would drift off that policy. None: every epoch runs.")
+    target_kl: float | None = Field(None, gt=0.0, le=10.0, description="DAPO: end the update after the first epoch whose "
+                                    "mean approx_kl (k3, against the policy that sampled) passes this, as PPO's target_kl "
+                                    "does; more epochs over the same rollouts would drift off that policy. None: every "
+                                    "epoch runs.")
 
 
 class TrainCommon(BaseModel):

@@ -115,9 +115,10 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
     ``save_every`` steps and at the last; a crash loses at most the steps since the last one
     (their metrics lines are dropped on resume and the steps redone).
 
-    ``target_kl``: the run ends after the first step whose ``approx_kl`` passes it (PPO's early
-    stop: more passes over the same samples drift off the policy that drew them). That step is
-    checkpointed as the last, its position says so, and a rerun finds the run finished.
+    ``target_kl``: the run ends after the first epoch whose mean ``approx_kl`` passes it (PPO's
+    early stop: more passes over the same samples drift off the policy that drew them). That
+    epoch's last step is checkpointed as the run's last, its position says so, and a rerun finds
+    the run finished.
     """
     if save_every < 1:
         raise ValueError(f"save_every must be at least 1, got {save_every}")
@@ -128,6 +129,7 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
     _check_run(out, {**spec, "epochs": epochs, "steps_per_epoch": steps_per_epoch}, writer)
     resumed = latest_checkpoint(out)
     epoch, next_batch, done, stopped_kl = 0, 0, 0, None
+    kl_sum, kl_steps = 0.0, 0  # the epoch's approx_kl so far, for target_kl (kept in the position across a resume)
     if resumed is not None:
         state = read_state(resumed)
         position = state["data_position"]
@@ -135,6 +137,7 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
         stopped_kl = position.get("stopped_kl")
         if stopped_kl is not None:  # ended at target_kl: finished, whatever the epoch count
             epoch = epochs
+        kl_sum, kl_steps = float(position.get("kl_sum", 0.0)), int(position.get("kl_steps", 0))
     if on_start:
         on_start(done, total)
     result = RunResult(out, done, 0, resumed, None, stopped_kl=stopped_kl)
@@ -150,13 +153,19 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
                 while next_batch < len(epoch_rows):
                     batch = epoch_rows[next_batch]
                     metrics = trainer.train_step(batch)
+                    if metrics.get("approx_kl") is not None:
+                        kl_sum, kl_steps = kl_sum + float(metrics["approx_kl"]), kl_steps + 1
                     position = {"epoch": epoch, "next_batch": next_batch + 1}
+                    if target_kl is not None:
+                        position.update(kl_sum=kl_sum, kl_steps=kl_steps)
                     if next_batch + 1 == len(epoch_rows):
                         position = {"epoch": epoch + 1, "next_batch": 0}
-                    kl = metrics.get("approx_kl")
-                    if target_kl is not None and kl is not None and float(kl) > target_kl:
-                        result.stopped_kl = float(kl)
-                        position = {"epoch": epochs, "next_batch": 0, "stopped_kl": result.stopped_kl}
+                        # one step's approx_kl is noisy (a batch can hold a few far-off sequences); an epoch's mean is not
+                        mean_kl = kl_sum / kl_steps if kl_steps else None
+                        if target_kl is not None and mean_kl is not None and mean_kl > target_kl and epoch + 1 < epochs:
+                            result.stopped_kl = mean_kl
+                            position = {"epoch": epochs, "next_batch": 0, "stopped_kl": mean_kl}
+                        kl_sum, kl_steps = 0.0, 0
                     record = {**metrics, **(extra_metrics or {}), "step": trainer.step, "epoch": epoch,
                               "batch": next_batch, "sequences": len(batch), "iteration": iteration, "time": time.time()}
                     if writer:
@@ -171,8 +180,6 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
                     if on_step:
                         on_step(record)
                     next_batch += 1
-                    if result.stopped_kl is not None:
-                        break
                 epoch, next_batch = (epochs if result.stopped_kl is not None else epoch + 1), 0
             result.steps = trainer.step
         finally:

@@ -1,6 +1,7 @@
-"""`train.target_kl`: a DAPO update ends after the first step whose approx_kl passes it (PPO's early
-stop), takes the same steps up to there as a run without it, checkpoints that step as the run's
-last, and a rerun finds the run finished."""
+"""`train.target_kl`: a DAPO update ends after the first epoch whose mean approx_kl passes it (PPO's
+early stop), takes the same steps up to there as a run without it, checkpoints that epoch's last
+step as the run's last, resumes a crashed epoch with its approx_kl so far, and a rerun finds the
+run finished."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from swerl.train import TorchTrainerConfig, TrainBatch, TrainerConfig, step_dir
 from swerl.train.run import read_metrics, train_run
 
-EPOCHS, BATCHES = 2, 3
+EPOCHS, BATCHES = 3, 3
 
 
 def _batches(vocab: int) -> list[TrainBatch]:
@@ -38,11 +39,11 @@ def batches(tiny_model_dir) -> list[TrainBatch]:
     return _batches(json.loads((tiny_model_dir / "config.json").read_text())["vocab_size"])
 
 
-def _run(model, out, batches, target_kl=None):
+def _run(model, out, batches, target_kl=None, on_step=None):
     config = TrainerConfig(trainer=TorchTrainerConfig(device="cpu"), objective="dapo", total_steps=EPOCHS * BATCHES,
                            optimizer={"lr": 3e-3, "lr_schedule": "constant"})
     return train_run(model, config, out, lambda epoch: batches, EPOCHS, BATCHES, spec={"test": "target_kl"},
-                     target_kl=target_kl)
+                     target_kl=target_kl, on_step=on_step)
 
 
 @pytest.fixture(scope="module")
@@ -52,24 +53,52 @@ def uninterrupted(tiny_model_dir, batches, tmp_path_factory) -> list[dict]:
     return result.metrics
 
 
-def test_the_update_ends_at_the_first_step_whose_approx_kl_passes_target_kl(tiny_model_dir, batches, uninterrupted, tmp_path):
-    kls = [m["approx_kl"] for m in uninterrupted]
-    target = kls[0]
-    stop = next(i for i, kl in enumerate(kls) if kl > target) + 1  # the step that passes it
-    assert 1 < stop < EPOCHS * BATCHES, kls  # a stop inside the run, not at its first step
+def _epoch_means(metrics: list[dict]) -> list[float]:
+    return [sum(m["approx_kl"] for m in metrics if m["epoch"] == e) / BATCHES for e in range(EPOCHS)]
+
+
+@pytest.fixture(scope="module")
+def stop(uninterrupted) -> tuple[float, int]:
+    """A target_kl the first epoch stays under and a later one, not the last, passes; the step it ends at."""
+    means = _epoch_means(uninterrupted)
+    target = means[0]
+    epoch = next(e for e, kl in enumerate(means) if kl > target)
+    assert 0 < epoch < EPOCHS - 1, means  # a stop inside the run
+    return target, (epoch + 1) * BATCHES
+
+
+def test_the_update_ends_after_the_first_epoch_whose_mean_approx_kl_passes_target_kl(tiny_model_dir, batches,
+                                                                                        uninterrupted, stop, tmp_path):
+    target, steps = stop
     result = _run(tiny_model_dir, tmp_path / "run", batches, target_kl=target)
-    assert (result.steps, result.new_steps, result.stopped_kl) == (stop, stop, kls[stop - 1])
-    # the same steps as the run without it, up to the one that stopped it
-    assert [m["loss"] for m in result.metrics] == [m["loss"] for m in uninterrupted[:stop]]
-    assert [m["step"] for m in read_metrics(tmp_path / "run")] == list(range(1, stop + 1))
-    assert result.final is not None and result.final.resolve() == step_dir(tmp_path / "run", stop).resolve()
+    assert (result.steps, result.new_steps) == (steps, steps)
+    assert result.stopped_kl == pytest.approx(_epoch_means(uninterrupted)[steps // BATCHES - 1], rel=1e-12)
+    # the same steps as the run without it, up to the end of the epoch that stopped it
+    assert [m["loss"] for m in result.metrics] == [m["loss"] for m in uninterrupted[:steps]]
+    assert [m["step"] for m in read_metrics(tmp_path / "run")] == list(range(1, steps + 1))
+    assert result.final is not None and result.final.resolve() == step_dir(tmp_path / "run", steps).resolve()
 
 
-def test_a_rerun_of_a_run_stopped_at_target_kl_finds_it_finished(tiny_model_dir, batches, uninterrupted, tmp_path):
-    target = uninterrupted[0]["approx_kl"]
+def test_a_run_crashed_inside_an_epoch_resumes_with_that_epoch_s_approx_kl_so_far(tiny_model_dir, batches, stop,
+                                                                                  uninterrupted, tmp_path):
+    target, steps = stop
+
+    def crash(record):
+        if record["step"] == steps - 1:  # inside the epoch that stops the run, after its checkpoint
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _run(tiny_model_dir, tmp_path / "run", batches, target_kl=target, on_step=crash)
+    resumed = _run(tiny_model_dir, tmp_path / "run", batches, target_kl=target)
+    assert (resumed.steps, resumed.new_steps) == (steps, 1)
+    assert resumed.stopped_kl == pytest.approx(_epoch_means(uninterrupted)[steps // BATCHES - 1], rel=1e-12)
+
+
+def test_a_rerun_of_a_run_stopped_at_target_kl_finds_it_finished(tiny_model_dir, batches, stop, tmp_path):
+    target, steps = stop
     first = _run(tiny_model_dir, tmp_path / "run", batches, target_kl=target)
     again = _run(tiny_model_dir, tmp_path / "run", batches, target_kl=target)
-    assert (again.steps, again.new_steps, again.stopped_kl) == (first.steps, 0, first.stopped_kl)
+    assert (again.steps, again.new_steps, again.stopped_kl) == (steps, 0, first.stopped_kl)
     assert again.final is not None and again.final.resolve() == first.final.resolve()
 
 
