@@ -26,11 +26,26 @@ class LedgerError(ValueError):
     """A ledger entry that does not read as the result its stage produces."""
 
 
+def _rebased(value: Any, old: str, new: str) -> Any:
+    """``value`` with every string path at or under ``old`` moved under ``new``."""
+    if isinstance(value, str):
+        return new + value[len(old):] if value == old or value.startswith(old + "/") else value
+    if isinstance(value, dict):
+        return {k: _rebased(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rebased(v, old, new) for v in value]
+    return value
+
+
 class Ledger:
-    """``<run_dir>/ledger.json``: {stage: {"result": {...}, "finished_at": epoch seconds}}; atomic writes."""
+    """``<run_dir>/ledger.json``: {stage: {"result": {...}, "finished_at": epoch seconds, "run_dir": where it
+    ran}}; atomic writes. A results' paths inside the run folder follow the folder when it is moved or
+    copied: read back, they point into the folder the ledger is in now, never into the old place
+    (where another run may live by then)."""
 
     def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / LEDGER_FILE
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LEDGER_FILE
         self._lock = threading.Lock()
 
     def _read(self) -> dict[str, Any]:
@@ -49,10 +64,14 @@ class Ledger:
         entry = self._read().get(stage)
         if not entry:
             return None
+        result = entry["result"]
+        here = str(self.run_dir.resolve())
+        if entry.get("run_dir") and entry["run_dir"] != here:
+            result = _rebased(result, entry["run_dir"], here)
         if as_type is None:
-            return entry["result"]
+            return result
         try:
-            return as_type.model_validate(entry["result"])
+            return as_type.model_validate(result)
         except ValidationError as e:
             raise LedgerError(f"{self.path}: the entry of stage {stage!r} does not read as a {as_type.__name__} "
                               f"({e.error_count()} error(s): {e.errors()[0]['loc']} {e.errors()[0]['msg']}); remove "
@@ -67,7 +86,7 @@ class Ledger:
             result = result.model_dump(mode="json")
         with self._lock:
             data = self._read()
-            data[stage] = {"result": result, "finished_at": time.time()}
+            data[stage] = {"result": result, "finished_at": time.time(), "run_dir": str(self.run_dir.resolve())}
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(f".tmp{os.getpid()}")
             tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")

@@ -38,6 +38,27 @@ def test_the_ledger_keeps_finished_stages_in_order_across_instances(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["ledger.json"]  # no temp file left behind
 
 
+def test_a_moved_run_folder_s_ledger_points_into_the_folder_where_it_is_now(tmp_path):
+    import shutil
+
+    old, new = tmp_path / "runs" / "seed-0", tmp_path / "moved" / "seed-0"
+    Ledger(old).record("rft", {"policy": {"path": str(old / "rft" / "train" / "final")}, "tasks": str(old),
+                               "stores": [str(old / "rft" / "rollout")], "model": str(tmp_path / "models" / "base"),
+                               "name": "seed-0", "steps": 4})
+    shutil.move(str(old), str(new))
+    old.mkdir(parents=True)  # another run now lives where the first one did
+    assert Ledger(new).get("rft") == {"policy": {"path": str(new / "rft" / "train" / "final")}, "tasks": str(new),
+                                      "stores": [str(new / "rft" / "rollout")], "model": str(tmp_path / "models" / "base"),
+                                      "name": "seed-0", "steps": 4}
+
+
+def test_a_ledger_entry_written_before_entries_knew_their_folder_reads_as_written(tmp_path):
+    import json
+
+    (tmp_path / "ledger.json").write_text(json.dumps({"rft": {"result": {"path": "/elsewhere/rft"}, "finished_at": 1.0}}))
+    assert Ledger(tmp_path).get("rft") == {"path": "/elsewhere/rft"}
+
+
 # --- metrics -----------------------------------------------------------------------------
 
 
