@@ -38,8 +38,8 @@ def _rebased(value: Any, old: str, new: str) -> Any:
 
 
 class Ledger:
-    """``<run_dir>/ledger.json``: {stage: {"result": {...}, "finished_at": epoch seconds, "run_dir": where it
-    ran}}; atomic writes. A results' paths inside the run folder follow the folder when it is moved or
+    """``<run_dir>/ledger.json``: {stage: {"result": {...}, "finished_at": epoch seconds, "run_dir" and
+    "run_dir_given": where it ran}}; atomic writes. A results' paths inside the run folder follow the folder when it is moved or
     copied: read back, they point into the folder the ledger is in now, never into the old place
     (where another run may live by then)."""
 
@@ -47,6 +47,11 @@ class Ledger:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / LEDGER_FILE
         self._lock = threading.Lock()
+
+    def _where(self) -> dict[str, str]:
+        """The run folder resolved and as given: a stage's results name their paths in either form (a
+        relative run root, the default, gives relative ones)."""
+        return {"run_dir": str(self.run_dir.resolve()), "run_dir_given": str(self.run_dir)}
 
     def _read(self) -> dict[str, Any]:
         if not self.path.is_file():
@@ -65,9 +70,9 @@ class Ledger:
         if not entry:
             return None
         result = entry["result"]
-        here = str(self.run_dir.resolve())
-        if entry.get("run_dir") and entry["run_dir"] != here:
-            result = _rebased(result, entry["run_dir"], here)
+        for key, here in self._where().items():
+            if entry.get(key) and entry[key] != here:
+                result = _rebased(result, entry[key], here)
         if as_type is None:
             return result
         try:
@@ -86,7 +91,7 @@ class Ledger:
             result = result.model_dump(mode="json")
         with self._lock:
             data = self._read()
-            data[stage] = {"result": result, "finished_at": time.time(), "run_dir": str(self.run_dir.resolve())}
+            data[stage] = {"result": result, "finished_at": time.time(), **self._where()}
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(f".tmp{os.getpid()}")
             tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")

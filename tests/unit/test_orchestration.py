@@ -52,6 +52,19 @@ def test_a_moved_run_folder_s_ledger_points_into_the_folder_where_it_is_now(tmp_
                                       "name": "seed-0", "steps": 4}
 
 
+def test_relative_paths_of_a_moved_run_folder_follow_it_too(tmp_path, monkeypatch):
+    import shutil
+
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    old, new = Path("runs") / "seed-0", Path("moved") / "seed-0"
+    Ledger(old).record("rft", {"policy": {"path": str(old / "rft" / "train" / "final")}, "abs": str((old / "rft").resolve())})
+    shutil.move(str(old), str(new))
+    assert Ledger(new).get("rft") == {"policy": {"path": str(new / "rft" / "train" / "final")},
+                                      "abs": str((new / "rft").resolve())}
+
+
 def test_a_ledger_entry_written_before_entries_knew_their_folder_reads_as_written(tmp_path):
     import json
 
