@@ -68,13 +68,18 @@ def _rise(label: str, before: dict, after: dict) -> str:
             f"paired SE over tasks {100 * sem:.1f} ({ratio(sem)} SE)")
 
 
+def _pairs(summary: dict) -> list[tuple[str, str]]:
+    """The rises the proof measures: start -> RFT, and RFT -> the last iteration when there is one."""
+    last = summary["stages"][-1]["stage"]
+    return [("start", "rft")] + ([("rft", last)] if last.startswith("iter-") else [])
+
+
 def _rises(summary: dict, grpo: dict | None = None) -> list[str]:
     """Start -> RFT and RFT -> last iteration; with the ablation, the same for GRPO and DAPO against GRPO."""
-    stages = [r["stage"] for r in summary["stages"]]
     per_task = _per_task(summary)
-    last = stages[-1]
-    pairs = [("start", "rft")] + ([("rft", last)] if last.startswith("iter-") else [])
-    lines = [_rise(f"rise {a} -> {b}", per_task[a], per_task[b]) for a, b in pairs if a in per_task and b in per_task]
+    last = summary["stages"][-1]["stage"]
+    lines = [_rise(f"rise {a} -> {b}", per_task[a], per_task[b]) for a, b in _pairs(summary)
+             if a in per_task and b in per_task]
     baseline = _per_task(grpo) if grpo else {}
     if last in baseline and "rft" in per_task:
         lines.append(_rise(f"GRPO rise rft -> {last}", per_task["rft"], baseline[last]))
@@ -120,15 +125,21 @@ def _leads(results: dict) -> list[tuple[float, float]]:
     return out
 
 
-def _over_seeds(results: dict) -> list[str]:
-    """DAPO against GRPO at the last iteration, averaged over seeds (each seed's SE paired over its tasks)."""
+def _lead_over_seeds(results: dict) -> tuple[float, float, int] | None:
+    """DAPO - GRPO at the last iteration averaged over the ablated seeds: (mean, SE, seeds), or None."""
     from swerl.eval.metrics import mean_over_seeds
 
     diffs = _leads(results)
-    if not diffs:
+    return (*mean_over_seeds(diffs), len(diffs)) if diffs else None
+
+
+def _over_seeds(results: dict) -> list[str]:
+    """DAPO against GRPO at the last iteration, averaged over seeds (each seed's SE paired over its tasks)."""
+    lead = _lead_over_seeds(results)
+    if lead is None:
         return []
-    mean, sem = mean_over_seeds(diffs)
-    return [f"DAPO - GRPO at the last iteration, averaged over {len(diffs)} seeds: {100 * mean:+.1f} points, "
+    mean, sem, n = lead
+    return [f"DAPO - GRPO at the last iteration, averaged over {n} seeds: {100 * mean:+.1f} points, "
             f"SE {100 * sem:.1f} ({mean / sem:.1f} SE)" if sem else f"{100 * mean:+.1f} points"]
 
 
@@ -142,13 +153,13 @@ def _verdict(results: dict, *, rise_se: float = 3.0, lead_se: float = 2.0, minut
                      f"DAPO - GRPO averaged over seeds > {lead_se:g} SE"], True
     for seed, r in results.items():
         per_task = _per_task(r["dapo"])
-        last = r["dapo"]["stages"][-1]["stage"]
         # a fresh call's wall time also counts making the curriculum and the tiny model; a resumed one's
         # stages ran in an earlier call, and the ledger kept their times
         spent = max(r["wall"], sum(_stage_seconds(Path(r["dapo"]["run_dir"])).values())) / 60
-        cells, ok = [], spent < minutes
-        for a, b in (("start", "rft"), ("rft", last)):
-            if a not in per_task or b not in per_task or a == b:
+        pairs = _pairs(r["dapo"])
+        cells, ok = [] if len(pairs) == 2 else ["no DAPO iteration"], spent < minutes and len(pairs) == 2
+        for a, b in pairs:
+            if a not in per_task or b not in per_task:
                 cells.append(f"{a} -> {b} not measured")
                 ok = False
                 continue
@@ -158,14 +169,12 @@ def _verdict(results: dict, *, rise_se: float = 3.0, lead_se: float = 2.0, minut
             cells.append(f"{a} -> {b} {ratio:+.1f} SE")
         passed &= ok
         lines.append(f"  seed {seed}: {', '.join(cells)}, {spent:.1f} min: {'met' if ok else 'NOT met'}")
-    diffs = _leads(results)
-    if diffs:
-        from swerl.eval.metrics import mean_over_seeds
-
-        mean, sem = mean_over_seeds(diffs)
-        ok = bool(sem) and mean / sem > lead_se and len(diffs) == len(results)  # every seed ablated
+    lead = _lead_over_seeds(results)
+    if lead is not None:
+        mean, sem, n = lead
+        ok = bool(sem) and mean / sem > lead_se and n == len(results)  # every seed ablated
         passed &= ok
-        lines.append(f"  DAPO - GRPO over {len(diffs)} of {len(results)} seeds: {mean / sem if sem else float('inf'):+.1f} SE: "
+        lines.append(f"  DAPO - GRPO over {n} of {len(results)} seeds: {mean / sem if sem else float('inf'):+.1f} SE: "
                      f"{'met' if ok else 'NOT met'}")
     else:
         passed = False
