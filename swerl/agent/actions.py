@@ -41,6 +41,11 @@ class Action:
         return self.command.strip() == "submit"
 
 
+def holds_command(text: str) -> bool:
+    """True once ``text`` holds a complete fenced block: what ``parse_action`` reads a command from."""
+    return FENCE.search(text) is not None
+
+
 def parse_action(reply: str) -> Action:
     """The single fenced command of ``reply``; raise FormatError otherwise."""
     blocks = FENCE.findall(reply)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from swerl.agent.actions import holds_command
+
 PROBE_SYSTEM = "SWERL-PROBE-SYSTEM"
 PROBE_USER = "SWERL-PROBE-USER"
 PROBE_REPLY = "SWERL-PROBE-REPLY"
@@ -106,6 +108,20 @@ class ChatFormat:
             end = end[len(stop_text):] if end.startswith(stop_text) else end
         text = end + self.user_prefix + self.sanitize(observation) + self.user_suffix
         return TurnSuffix(ids=self.encode(text), text=text)
+
+    def command_end(self, reply_ids: list[int]) -> int:
+        """How many of ``reply_ids`` make the reply up to the end of its first fenced block: the ids
+        through the one that closes it, plus an end-of-turn id sampled right after. All of them when
+        no block closes.
+
+        Only ids whose text holds a backtick can close a block, so the prefix is decoded (the
+        tokenizer may merge bytes across ids) at those alone.
+        """
+        decode = self.tokenizer.decode
+        for k, token in enumerate(reply_ids, 1):
+            if "`" in decode([token], skip_special_tokens=False) and holds_command(decode(reply_ids[:k], skip_special_tokens=False)):
+                return k + 1 if k < len(reply_ids) and reply_ids[k] in self.stop_token_ids else k
+        return len(reply_ids)
 
     def reply_text(self, reply_ids: list[int]) -> str:
         """The assistant content: the reply without its end-of-turn token."""

@@ -44,6 +44,13 @@ class AgentConfig(BaseModel):
     workdir: str | None = Field(None, description="The repository inside the sandbox; None: the sandbox's own "
                                 "(/testbed in the images swerl builds).")
     prompt_dir: Path | None = Field(None, description="Folder overriding the shipped prompt templates (<name>.j2).")
+    end_reply_at_command: bool = Field(
+        False, description="End each reply where its first fenced block closes (an end-of-turn sampled right after is kept), "
+        "as a stop sequence would: what was sampled after it is dropped, never shown to the model nor trained on, so "
+        "'more than one command' cannot happen. Off: the paper's scaffold, where a second block is a format error. "
+        "A small policy trained with DAPO at a high learning rate can stop ending its turn after the command (the "
+        "negative-advantage replies push the end-of-turn token down), then fails every turn on format alone."
+    )
     collect_patch_on_exit: bool = Field(
         True, description="Record `git diff` also when the run ends without submit (SWE-agent's autosubmission)."
     )
@@ -185,13 +192,18 @@ class Agent:
             except asyncio.TimeoutError:
                 return ExitReason.timeout
             gen_s = time.monotonic() - t0
-            traj.response_ids += gen.token_ids
-            traj.action_mask += [1] * len(gen.token_ids)
-            traj.logprobs += gen.logprobs
+            ids, finish, dropped = gen.token_ids, gen.finish_reason, 0
+            if cfg.end_reply_at_command:
+                keep = self.chat.command_end(ids)
+                if keep < len(ids):
+                    ids, finish, dropped = ids[:keep], "stop", len(ids) - keep
+            traj.response_ids += ids
+            traj.action_mask += [1] * len(ids)
+            traj.logprobs += gen.logprobs[:len(ids)]
             traj.exact_ids = traj.exact_ids and gen.exact_ids
-            reply = self.chat.reply_text(gen.token_ids)
+            reply = self.chat.reply_text(ids)
             traj.messages.append({"role": "assistant", "content": reply})
-            turn = Turn(index=index, reply=reply, n_action_tokens=len(gen.token_ids), finish_reason=gen.finish_reason,
+            turn = Turn(index=index, reply=reply, n_action_tokens=len(ids), finish_reason=finish, dropped_tokens=dropped,
                         generation_s=gen_s, policy_version=gen.policy_version or self.engine.policy_version)
             traj.turns.append(turn)
             try:
@@ -220,7 +232,7 @@ class Agent:
             turn.observation = observation
             if index == cfg.max_turns - 1:
                 break
-            suffix = self.chat.turn_suffix(gen.token_ids, observation)
+            suffix = self.chat.turn_suffix(ids, observation)
             if len(traj.prompt_ids) + len(traj.response_ids) + len(suffix.ids) + cfg.min_turn_tokens > self.max_context:
                 return ExitReason.context_exceeded
             traj.response_ids += suffix.ids

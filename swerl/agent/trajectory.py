@@ -58,7 +58,10 @@ class Turn(BaseModel):
     timed_out: bool = False
     n_action_tokens: int = Field(0, ge=0)
     n_observation_tokens: int = Field(0, ge=0)
-    finish_reason: str = Field("stop", description="'stop' (end-of-turn sampled) or 'length' (per-turn cap hit).")
+    finish_reason: str = Field("stop", description="'stop' (end-of-turn sampled, or the reply cut at its command's end) or "
+                               "'length' (per-turn cap hit).")
+    dropped_tokens: int = Field(0, ge=0, description="Ids sampled after the command's closing fence and dropped "
+                                "(AgentConfig.end_reply_at_command): never in the context, never trained on.")
     generation_s: float = Field(0.0, ge=0)
     environment_s: float = Field(0.0, ge=0)
     policy_version: str = ""

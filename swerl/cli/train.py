@@ -122,6 +122,7 @@ def dapo(
         "as a graded one."),
     eps_low: float = field_option(LossConfig, "eps_low", "--eps-low"),
     eps_high: float = field_option(LossConfig, "eps_high", "--eps-high"),
+    neg_prob_cap: float = field_option(LossConfig, "neg_prob_cap", "--neg-prob-cap"),
     l_thr: int = field_option(RewardConfig, "l_thr", "--l-thr"),
     t_max: int = field_option(RewardConfig, "t_max", "--t-max"),
     length_penalty: bool = field_option(RewardConfig, "length_penalty", "--length-penalty/--no-length-penalty"),
@@ -154,4 +155,4 @@ def dapo(
         DAPOStage, "training", trajectories=trajectories, model=model, out=out, seed=seed, policy_version=policy_version,
         iteration=iteration, train=train, rewards_file=rewards, reward=reward, advantage=advantage,
         drop_zero_advantage=not keep_zero_advantage,
-        loss=dict(eps_low=eps_low, eps_high=eps_high, loss_aggregation=loss_aggregation)))
+        loss=dict(eps_low=eps_low, eps_high=eps_high, loss_aggregation=loss_aggregation, neg_prob_cap=neg_prob_cap)))

@@ -110,8 +110,11 @@ class DAPOIteration(BaseModel):
 
     def run_params(self, sampler: SamplerParams, start_version: str) -> dict[str, Any]:
         d = self.dapo
-        return {"iteration": self.iteration, "samples": d.samples, "eps_low": d.loss.eps_low, "eps_high": d.loss.eps_high,
-                "lr": d.train.optimizer.lr, "advantage": d.advantage, "start_policy": start_version}
+        params = {"iteration": self.iteration, "samples": d.samples, "eps_low": d.loss.eps_low, "eps_high": d.loss.eps_high,
+                  "lr": d.train.optimizer.lr, "advantage": d.advantage, "start_policy": start_version}
+        if d.loss.neg_prob_cap < 1.0:  # only then: runs logged before the option resume with the same params
+            params["neg_prob_cap"] = d.loss.neg_prob_cap
+        return params
 
     def stage_config(self, trajectories: Path, model: str, out: Path, seed: int, policy_version: str) -> DAPOStage:
         return DAPOStage(trajectories=[trajectories], model=model, out=out, seed=seed, train=self.train.settings(),

@@ -30,13 +30,15 @@ class Behaviour:
     exits: Mapping[str, int]
     replies: int
     no_command: int = 0  # replies without the one fenced command the agent needs
+    cut: int = 0  # replies that ran on past their command and were cut there (AgentConfig.end_reply_at_command)
 
 
 def behaviour_of(trajectories: Sequence[Trajectory]) -> Behaviour:
     return Behaviour(trajectories=len(trajectories), resolved=sum(1 for t in trajectories if t.resolved),
                      exits=dict(Counter(t.exit_reason.value for t in trajectories)),
                      replies=sum(len(t.turns) for t in trajectories),
-                     no_command=sum(1 for t in trajectories for turn in t.turns if turn.command is None))
+                     no_command=sum(1 for t in trajectories for turn in t.turns if turn.command is None),
+                     cut=sum(1 for t in trajectories for turn in t.turns if turn.dropped_tokens))
 
 
 def duration(seconds: float) -> str:
@@ -67,6 +69,8 @@ def behaviour_words(b: Behaviour) -> str:
     words = [f"{b.resolved}/{b.trajectories} resolved", f"exits: {_exits(b.exits)}"]
     if b.no_command:
         words.append(f"{b.no_command}/{b.replies} replies had no command")
+    if b.cut:
+        words.append(f"{b.cut}/{b.replies} replies ran on past their command and were cut there")
     return "; ".join(words)
 
 

@@ -7,10 +7,18 @@ micro-batch passes ``norm_tokens`` = the action tokens of the whole optimiser st
 summing micro-batch losses (and gradients) reproduces the single-batch value exactly.
 Observation tokens (mask 0) never enter the loss and get exactly zero gradient. As in the
 paper there is no KL term to a reference policy.
+
+``neg_prob_cap`` < 1 (not in the paper) leaves out of the gradient the negative-advantage
+tokens the sampler drew with probability above the cap, as a clipped token is left out: they
+still count in the normaliser. A failed run's sure tokens (fences, the end-of-turn, the
+command's name) are rarely why it failed, yet at a small model's learning rate the push on
+them generalises until the policy stops ending its turns; the uncertain tokens, where the
+run went another way, keep their negative signal.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -63,15 +71,17 @@ def dapo_loss(
     aggregation: Aggregation = "token",
     entropy: torch.Tensor | None = None,  # [B, T] per-token entropy of pi_theta, for the metric only
     norm_sequences: int | None = None,
+    neg_prob_cap: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``(loss, metrics)``; metrics are detached scalars over action tokens only.
 
     ``norm_tokens`` (token aggregation) / ``norm_sequences`` (sequence aggregation): the
     denominator to use instead of this call's own count, for gradient accumulation.
+    ``neg_prob_cap``: negative-advantage tokens with ``pi_old > neg_prob_cap`` get no gradient (1.0: none left out).
     Metrics: ``clip_frac_low`` (A < 0 and rho < 1 - eps_low: the low clip is what stops the
     gradient), ``clip_frac_high`` (A > 0 and rho > 1 + eps_high), ``approx_kl`` (k3 estimate of
-    KL(pi_old || pi_theta)), ``ratio_mean/min/max``, ``entropy`` when it is given, and
-    ``action_tokens`` (to weight metrics across micro-batches).
+    KL(pi_old || pi_theta)), ``ratio_mean/min/max``, ``entropy`` when it is given, ``neg_capped_frac``
+    (action tokens left out by ``neg_prob_cap``, when it is below 1), and ``action_tokens`` (to weight metrics across micro-batches).
     """
     if aggregation not in ("token", "sequence"):
         raise ValueError(f"aggregation must be 'token' or 'sequence', got {aggregation!r}")
@@ -82,7 +92,12 @@ def dapo_loss(
     # where, not multiplication: masked positions get ratio 1 and exactly zero gradient
     log_ratio = torch.where(mask, logprobs - old_logprobs, torch.zeros_like(logprobs))
     ratio = torch.exp(log_ratio)
-    pg_loss = -_aggregate(clipped_objective(ratio, adv, eps_low, eps_high), mask, aggregation, norm_tokens, norm_sequences)
+    objective = clipped_objective(ratio, adv, eps_low, eps_high)
+    capped = None
+    if neg_prob_cap < 1.0:
+        capped = mask & (adv < 0) & (old_logprobs > math.log(neg_prob_cap))
+        objective = torch.where(capped, torch.zeros_like(objective), objective)
+    pg_loss = -_aggregate(objective, mask, aggregation, norm_tokens, norm_sequences)
     metrics: dict[str, torch.Tensor] = {"pg_loss": pg_loss.detach()}
 
     with torch.no_grad():
@@ -98,4 +113,6 @@ def dapo_loss(
         metrics["ratio_max"] = torch.where(n > 0, torch.where(mask, ratio, -torch.inf).amax(), one)
         if entropy is not None:
             metrics["entropy"] = masked_mean(entropy, mask)
+        if capped is not None:
+            metrics["neg_capped_frac"] = masked_mean(capped.to(ratio.dtype), mask)
     return pg_loss, metrics

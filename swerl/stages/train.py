@@ -204,4 +204,6 @@ def train_dapo(stage: DAPOStage, on_start: OnStart | None = None, on_step: OnSte
     spec = {"objective": "dapo", "reward": stage.reward.model_dump(mode="json"), "advantage": stage.advantage,
             "eps_low": stage.loss.eps_low, "eps_high": stage.loss.eps_high, "drop_zero_advantage": stage.drop_zero_advantage,
             "loss_aggregation": stage.loss.loss_aggregation}
+    if stage.loss.neg_prob_cap < 1.0:  # only then: runs written before the option resume unchanged
+        spec["neg_prob_cap"] = stage.loss.neg_prob_cap
     return _train(stage, d.rows, config, spec, d.summary(), on_start, on_step)

@@ -50,6 +50,10 @@ class LossConfig(BaseModel):
     loss_aggregation: Literal["token", "sequence"] = Field(
         "token", description="'token': sum over the step's action tokens / their count (DAPO, the paper); 'sequence': mean per "
         "sequence, then over sequences (GRPO).")
+    neg_prob_cap: float = Field(1.0, gt=0, le=1, description="Negative-advantage tokens the sampler drew with probability above "
+                                "this get no gradient (they still count in the normaliser, as clipped tokens do). 1.0: every "
+                                "token, as the paper. Below 1 keeps a small policy at a high learning rate from unlearning "
+                                "its sure tokens (fences, end-of-turn) from failed runs; see swerl.rl.loss.")
 
 
 class TorchTrainerConfig(BaseModel):

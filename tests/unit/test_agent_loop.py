@@ -83,6 +83,36 @@ def test_format_errors_are_observations_then_end_the_run(run, chat, tok):
     assert_prefix_invariant(traj, chat, tok)
 
 
+class NumberedLogprobs(ScriptedEngine):
+    """A scripted policy whose k-th id of a reply has log-prob -k/1000: shows which sampled ids a trajectory kept."""
+
+    async def generate(self, request):
+        gen = await super().generate(request)
+        gen.logprobs = [-(k + 1) / 1000 for k in range(len(gen.token_ids))]
+        return gen
+
+
+def test_ending_replies_at_the_command_drops_what_follows_the_first_block_and_keeps_the_rest_exact(run, chat, tok):
+    replies = ["Two at once:\n```\nls\n```\n```\npwd\n```", cmd("cat setup.py") + " and more", cmd("submit")]
+    traj, _ = run(replies, engine=NumberedLogprobs(tok, {DURATIONS: replies}), end_reply_at_command=True)
+    assert traj.exit_reason is ExitReason.submitted
+    assert [t.command for t in traj.turns] == ["ls", "cat setup.py", "submit"]
+    assert [t.format_error for t in traj.turns] == [None, None, None]
+    assert [t.reply for t in traj.turns] == ["Two at once:\n```\nls\n```", cmd("cat setup.py"), cmd("submit")]
+    assert [t.dropped_tokens for t in traj.turns] == [len(tok.encode("\n```\npwd\n```")) + 1,
+                                                      len(tok.encode(" and more")) + 1, 0]
+    assert [t.finish_reason for t in traj.turns] == ["stop"] * 3
+    kept = [traj.logprobs[i] for i, m in enumerate(traj.action_mask) if m]
+    assert kept == [-(k + 1) / 1000 for t in traj.turns for k in range(t.n_action_tokens)]  # each reply's own first ids
+    assert_token_accounting(traj)
+    assert_prefix_invariant(traj, chat, tok)
+
+
+def test_without_ending_replies_at_the_command_a_second_block_stays_a_format_error(run):
+    traj, _ = run(["Two at once:\n```\nls\n```\n```\npwd\n```", cmd("submit")])
+    assert "more than one command" in traj.turns[0].format_error and traj.turns[0].dropped_tokens == 0
+
+
 def test_interactive_programs_are_refused_as_format_errors(run):
     traj, _ = run([cmd("vim setup.py"), cmd("submit")])
     assert "interactive program 'vim'" in traj.turns[0].format_error

@@ -87,3 +87,24 @@ def test_a_tokenizer_without_template_is_refused():
 
     with pytest.raises(ChatTemplateError, match="chat_template"):
         ChatFormat(NoTemplate())
+
+
+@pytest.mark.parametrize("reply, kept", [
+    ("Look.\n```\nls\n```", "Look.\n```\nls\n```"),  # one block, ended by the model: nothing to cut
+    ("```\nls\n```\n```\npwd\n```", "```\nls\n```"),  # a second block: cut at the first one's closing fence
+    ("```\nsubmit\n``` strip\nsubmit", "```\nsubmit\n```"),  # what a policy past its end-of-turn writes
+    ("Use `git diff` first, then ```this``` text.\n```\ngit status\n```tail", "Use `git diff` first, then ```this``` text.\n```\ngit status\n```"),
+    ("no command at all", "no command at all"),
+    ("```\nunclosed block", "```\nunclosed block"),
+])
+def test_command_end_cuts_the_reply_after_its_first_fenced_block(chat, reply, kept):
+    ids = chat.encode(reply)
+    end = chat.command_end(ids)
+    assert chat.tokenizer.decode(ids[:end]).startswith(kept)
+    assert not chat.tokenizer.decode(ids[:end])[len(kept):].strip(" \n")  # at most the fence's own token's whitespace
+    assert chat.command_end(ids + [chat.stop_token_ids[0]]) == (len(ids) + 1 if end == len(ids) else end)
+
+
+def test_command_end_keeps_the_end_of_turn_sampled_right_after_the_block(chat):
+    ids = chat.encode("```\nls\n```") + [chat.stop_token_ids[0]] + chat.encode("more")
+    assert chat.command_end(ids) == len(ids) - len(chat.encode("more"))

@@ -115,3 +115,23 @@ def test_inconsistent_arguments_are_refused():
         dapo_loss(logprobs, old, adv, mask, aggregation="sequence", norm_tokens=10)
     with pytest.raises(ValueError, match="aggregation must be 'token' or 'sequence', got 'sample'"):
         dapo_loss(logprobs, old, adv, mask, aggregation="sample")
+
+
+def test_neg_prob_cap_leaves_out_the_sure_tokens_of_negative_samples_but_keeps_them_in_the_normaliser():
+    # rows: A < 0 drawn at p_old 0.9 (sure: left out), A < 0 at p_old 0.3 (kept), A > 0 at p_old 0.9 (kept)
+    old = torch.log(torch.tensor([[0.9], [0.3], [0.9]], dtype=torch.float64))
+    new = (old + math.log(1.1)).requires_grad_()  # rho = 1.1 everywhere: inside the clip range
+    adv, mask = torch.tensor([-1.0, -1.0, 1.0], dtype=torch.float64), torch.ones(3, 1)
+    loss, metrics = dapo_loss(new, old, adv, mask, EPS_LOW, EPS_HIGH, neg_prob_cap=0.5)
+    assert loss.item() == pytest.approx(-(0.0 - 1.1 + 1.1) / 3, abs=1e-15)
+    loss.backward()
+    assert new.grad[:, 0].tolist() == pytest.approx([0.0, 1.1 / 3, -1.1 / 3], abs=1e-15)
+    assert metrics["neg_capped_frac"].item() == pytest.approx(1 / 3)
+    full, full_metrics = dapo_loss(new.detach(), old, adv, mask, EPS_LOW, EPS_HIGH)
+    assert full.item() == pytest.approx(-(-1.1 - 1.1 + 1.1) / 3, abs=1e-15) and "neg_capped_frac" not in full_metrics
+
+
+def test_neg_prob_cap_of_one_is_the_papers_loss_bit_for_bit():
+    new, old, adv, mask = five_cases()
+    assert torch.equal(dapo_loss(new, old, adv, mask, EPS_LOW, EPS_HIGH, neg_prob_cap=1.0)[0],
+                       dapo_loss(new, old, adv, mask, EPS_LOW, EPS_HIGH)[0])

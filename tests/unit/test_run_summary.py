@@ -52,6 +52,14 @@ def test_behaviour_counts_replies_without_a_command_and_exit_reasons():
     assert behaviour_words(behaviour_of([])) == "no trajectory"
 
 
+def test_behaviour_counts_replies_cut_at_their_command():
+    turns = [Turn(index=0, reply="```\nls\n```", command="ls", dropped_tokens=7), Turn(index=1, reply="x", command="submit")]
+    b = behaviour_of([Trajectory(instance_id="t", sample_index=0, trajectory_id="t/0", policy_version="0",
+                                 exit_reason=ExitReason.submitted, turns=turns, resolved=True)])
+    assert b.cut == 1
+    assert behaviour_words(b) == "1/1 resolved; exits: 1 submitted; 1/2 replies ran on past their command and were cut there"
+
+
 def test_each_stage_says_what_it_did():
     lines = [stage_line(s, 75.2) for s in demo_stages()]
     assert lines == [
