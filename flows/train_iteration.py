@@ -34,7 +34,8 @@ def train_iteration(objective: Objective, tasks: Path, model: str, out: Path, re
     run_id = tr.stage_run(tracking, parent_run_id, name, params=objective.run_params(sampler, policy_version))
     seed = objective.seed_of(seed)
     sampling = rollout_stage(tasks=tasks, repos=repos, model=model, out=out / "rollout", samples=objective.samples, seed=seed,
-                             policy_version=policy_version, sampler=sampler, container_label=container_label)
+                             policy_version=policy_version, sampler=sampler, container_label=container_label,
+                             grade=objective.grade)
     rolled = run_chunks(sampling, sampler.chunk_size, sampler.chunk_timeout_s, dask_address=sampler.dask_address)
     store = Path(rolled["store"])
     train_stage = objective.stage_config(store, model, out / "train", seed, policy_version)

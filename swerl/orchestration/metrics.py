@@ -13,7 +13,7 @@ from swerl.rl.rewards import RewardConfig, score_trajectories
 
 # trainer metrics averaged over an update's optimiser steps
 TRAIN_KEYS = ("loss", "grad_norm", "clip_frac_low", "clip_frac_high", "approx_kl", "entropy", "ratio_mean",
-              "tokens_per_s", "step_seconds", "lr")
+              "tokens_per_s", "step_seconds", "lr", "neg_capped_frac")
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory], reward: RewardConfig | None = None,

@@ -29,6 +29,8 @@ class RFTIteration(BaseModel):
     rft: RFTParams = Field(default_factory=RFTParams, description="Selection, samples, sampler and training of the stage.")
     stage: Literal["rft", "warm-start"] = Field("rft", description="Names the MLflow run and the new policy version: "
                                                 "`rft`, or `warm-start` for supervised warm-up before the measured curve.")
+    grade: bool = Field(True, description="Grade the rollout. False only for demonstrations trained on whatever their "
+                        "verdict (a warm start's noisy demonstrator, `WarmStartParams.grade`).")
 
     @property
     def name(self) -> str:
@@ -96,6 +98,10 @@ class DAPOIteration(BaseModel):
     @property
     def reward(self) -> RewardConfig | None:
         return self.dapo.reward
+
+    @property
+    def grade(self) -> bool:
+        return True  # rewards are verdicts
 
     def sampler_of(self, default: SamplerParams) -> SamplerParams:
         return default

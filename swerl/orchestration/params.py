@@ -84,8 +84,20 @@ class WarmStartParams(BaseModel):
                                "(None: the generated curriculum's warm-up split).")
     samples: int = Field(1, ge=1, le=1024, description="Demonstrations per task.")
     sampler: SamplerParams = Field(default_factory=lambda: SamplerParams(engine="scripted"), description="The demonstrator.")
+    grade: bool = Field(True, description="Grade the demonstrations. A noisy demonstrator's runs (`demo_give_up` > 0) are "
+                        "trained on whatever their verdict, so false skips a grading sandbox per gold replay (about a third "
+                        "of the demonstrations' time); the summary then says they were not graded. With `demo_give_up` 0 "
+                        "only resolved runs are kept, which needs the verdicts: false is refused there.")
     train: TrainParams = Field(default_factory=_train_params({"optimizer": {"lr": 1e-3}}, epochs=4),
                                description="How to train; the epoch count is the early stop.")
+
+    @model_validator(mode="after")
+    def _verdicts_when_only_resolved_runs_count(self) -> WarmStartParams:
+        if not self.grade and self.sampler.demo_give_up == 0:
+            raise ValueError("warm_start.grade false needs a noisy demonstrator (sampler.demo_give_up > 0): with every "
+                             "demonstration replaying its gold patch only the resolved ones are trained on, which needs "
+                             "their verdicts; set grade true or demo_give_up above 0")
+        return self
 
 
 class DAPOParams(DAPOObjective):

@@ -31,6 +31,7 @@ class Behaviour:
     replies: int
     no_command: int = 0  # replies without the one fenced command the agent needs
     cut: int = 0  # replies that ran on past their command and were cut there (AgentConfig.end_reply_at_command)
+    graded: int | None = None  # trajectories with a verdict; None: not counted (all of them)
 
 
 def behaviour_of(trajectories: Sequence[Trajectory]) -> Behaviour:
@@ -38,7 +39,8 @@ def behaviour_of(trajectories: Sequence[Trajectory]) -> Behaviour:
                      exits=dict(Counter(t.exit_reason.value for t in trajectories)),
                      replies=sum(len(t.turns) for t in trajectories),
                      no_command=sum(1 for t in trajectories for turn in t.turns if turn.command is None),
-                     cut=sum(1 for t in trajectories for turn in t.turns if turn.dropped_tokens))
+                     cut=sum(1 for t in trajectories for turn in t.turns if turn.dropped_tokens),
+                     graded=sum(1 for t in trajectories if t.resolved is not None))
 
 
 def duration(seconds: float) -> str:
@@ -66,7 +68,8 @@ def behaviour_words(b: Behaviour) -> str:
     """``0/18 resolved; exits: 18 format_errors; 72/72 replies had no command``."""
     if b.trajectories == 0:
         return "no trajectory"
-    words = [f"{b.resolved}/{b.trajectories} resolved", f"exits: {_exits(b.exits)}"]
+    verdicts = f"{b.resolved}/{b.trajectories} resolved" if b.graded != 0 else "not graded"
+    words = [verdicts, f"exits: {_exits(b.exits)}"]
     if b.no_command:
         words.append(f"{b.no_command}/{b.replies} replies had no command")
     if b.cut:

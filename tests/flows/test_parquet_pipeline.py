@@ -4,7 +4,8 @@ the warm start, RFT, DAPO, the evaluations and the lineage digest).
 
 One short run on 3 demo tasks: the tiny model made from the warm-up corpus, warm-started and RFT'd on scripted demonstrations, one DAPO
 iteration, each evaluated once; only the held-out set validated (`validate_sets`), so the
-later stages read the training and warm-up Parquet files themselves; against the test Prefect API, Docker and SQLite."""
+later stages read the training and warm-up Parquet files themselves; the noisy demonstrations of the warm start
+are not graded (`warm_start.grade`); against the test Prefect API, Docker and SQLite."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def pipeline_run(prefect_api, docker_ready, demo, task_slice, parquet_sets, tmp_
     params = PipelineParams(
         name=NAME, run_root=tmp / "runs", tasks=parquet_sets["train"], eval_tasks=parquet_sets["eval"], repos=demo.repos_dir,
         validate_runs=1, validate_sets=["eval"], seed=5,
-        warm_start=WarmStartParams(tasks=parquet_sets["warm"], sampler=scripted,
+        warm_start=WarmStartParams(tasks=parquet_sets["warm"], grade=False,
+                                   sampler=scripted.model_copy(update={"demo": "replace", "demo_give_up": 0.5}),
                                    train=TrainParams(batch_size=3, optimizer={"lr": 1e-3})),
         sampler=SamplerParams(engine="hf", concurrency=3, agent={"max_turns": 2, "max_new_tokens": 16}),
         rft=RFTParams(sampler=scripted, samples=1, train=TrainParams(batch_size=3, optimizer={"lr": 1e-3})),
@@ -88,6 +90,17 @@ def test_every_rollout_sampled_every_task(pipeline_run, task_slice):
     sampled = {stage: sorted({t.instance_id for t in stored_trajectories(store / "trajectories")})
                for stage, store in stores.items()}
     assert sampled == dict.fromkeys(stores, ids)
+
+
+def test_the_warm_start_trained_on_ungraded_demonstrations_and_every_later_rollout_was_graded(pipeline_run):
+    from swerl.orchestration.ledger import Ledger
+    from swerl.stages.rollout import stored_trajectories
+
+    run_dir = pipeline_run.run_dir
+    verdicts = {stage: {t.resolved is not None for t in stored_trajectories(run_dir / stage / "rollout" / "trajectories")}
+                for stage in ("warm-start", "rft", "iter-1")}
+    assert verdicts == {"warm-start": {False}, "rft": {True}, "iter-1": {True}}
+    assert Ledger(run_dir).get("warm-start")["trained"] is True
 
 
 def test_mlflow_records_each_parquet_set_with_the_digest_of_its_tasks(pipeline_run, task_slice):

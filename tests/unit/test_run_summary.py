@@ -46,17 +46,26 @@ def test_behaviour_counts_replies_without_a_command_and_exit_reasons():
                           exit_reason=ExitReason(exit_reason), turns=turns, resolved=resolved)
 
     b = behaviour_of([traj(0, "format_errors", [None, None, None]), traj(1, "submitted", ["ls", None, "submit"], True)])
-    assert b == Behaviour(trajectories=2, resolved=1, exits={"format_errors": 1, "submitted": 1}, replies=6, no_command=4)
+    assert b == Behaviour(trajectories=2, resolved=1, exits={"format_errors": 1, "submitted": 1}, replies=6, no_command=4,
+                          graded=2)
     assert behaviour_words(b) == "1/2 resolved; exits: 1 format_errors, 1 submitted; 4/6 replies had no command"
     assert behaviour_words(DEMOS) == "9/9 resolved; exits: 9 submitted"
     assert behaviour_words(behaviour_of([])) == "no trajectory"
+
+
+def test_behaviour_of_ungraded_demonstrations_says_so_instead_of_zero_resolved():
+    turns = [Turn(index=0, reply="x", command="open a.py"), Turn(index=1, reply="x", command="submit")]
+    b = behaviour_of([Trajectory(instance_id="t", sample_index=i, trajectory_id=f"t/{i}", policy_version="scripted",
+                                 exit_reason=ExitReason.submitted, turns=turns) for i in range(3)])
+    assert (b.resolved, b.graded) == (0, 0)
+    assert behaviour_words(b) == "not graded; exits: 3 submitted"
 
 
 def test_behaviour_counts_replies_cut_at_their_command():
     turns = [Turn(index=0, reply="```\nls\n```", command="ls", dropped_tokens=7), Turn(index=1, reply="x", command="submit")]
     b = behaviour_of([Trajectory(instance_id="t", sample_index=0, trajectory_id="t/0", policy_version="0",
                                  exit_reason=ExitReason.submitted, turns=turns, resolved=True)])
-    assert b.cut == 1
+    assert b.cut == 1 and b.graded == 1
     assert behaviour_words(b) == "1/1 resolved; exits: 1 submitted; 1/2 replies ran on past their command and were cut there"
 
 

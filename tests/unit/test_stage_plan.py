@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
 from swerl.orchestration.objectives import DAPOIteration, RFTIteration
 from swerl.orchestration.params import PipelineParams
 from swerl.orchestration.plan import EvalStep, StartStep, TrainStep, stage_plan
@@ -32,6 +35,14 @@ def test_a_warm_start_comes_first_on_the_warm_up_tasks_and_replaces_the_start_s_
         "rft", 0, "warm", "scripted", False, True)
     assert isinstance(warm.objective, RFTIteration) and warm.objective.stage == "warm-start"
     assert warm.objective.rft.require_resolved is False  # a noisy demonstrator's unfixed runs are imitated too
+    assert warm.objective.grade is True and plan[2].objective.grade is True
+
+
+def test_a_warm_start_may_skip_grading_a_noisy_demonstrator_but_never_one_kept_on_its_verdicts():
+    noisy = {"tasks": Path("warm.jsonl"), "sampler": {"engine": "scripted", "demo_give_up": 0.5}, "grade": False}
+    assert stage_plan(PipelineParams(warm_start=noisy))[0].objective.grade is False
+    with pytest.raises(ValidationError, match="grade false needs a noisy demonstrator"):
+        PipelineParams(warm_start={**noisy, "sampler": {"engine": "scripted"}})
 
 
 def test_without_the_start_s_evaluation_or_rft_only_the_iterations_remain():
