@@ -61,7 +61,8 @@ def stage_plan(params: PipelineParams) -> list[PlanStep]:
         warm = params.warm_start
         # a noisy demonstrator's unfixed runs are the point of it: imitate them too
         objective = RFTIteration(stage="warm-start", rft=RFTParams(samples=warm.samples, sampler=warm.sampler, train=warm.train,
-                                                                   require_resolved=warm.sampler.demo_give_up == 0),
+                                                                   require_resolved=warm.sampler.demo_give_up == 0,
+                                                                   require_graded=warm.grade),
                                  grade=warm.grade)
         plan.append(TrainStep(name="warm-start", objective=objective, flow="rft", step=0, task_set="warm",
                               engine=warm.sampler.engine, on_parent=False, must_train=True))

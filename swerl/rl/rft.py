@@ -24,6 +24,9 @@ class RFTConfig(BaseModel):
     require_submitted: bool = Field(False, description="Keep only runs that ended with `submit` (resolved runs that hit a limit are kept otherwise).")
     require_resolved: bool = Field(True, description="Keep only resolved runs (rejection sampling); False trains on every "
                                    "graded run, as a warm start does on a noisy demonstrator's.")
+    require_graded: bool = Field(True, description="Keep only runs with a verdict. False (with require_resolved false) also "
+                                 "keeps runs of a rollout that did not grade, as a warm start on ungraded demonstrations "
+                                 "does; a run whose sandbox or grading failed is left out all the same.")
     mask_format_errors: bool = Field(True, description="Replies that caused a format error stay in context but out of the loss.")
     max_per_task: int | None = Field(None, ge=1, description="Keep at most this many resolved runs per task (first by sample index).")
     require_exact_ids: bool = Field(True, description="Refuse runs whose ids were re-tokenized from text by an HTTP engine.")
@@ -74,7 +77,7 @@ def select_rft(trajectories: Sequence[Trajectory], config: RFTConfig | None = No
         why[reason] = why.get(reason, 0) + 1
 
     for t in sorted(trajectories, key=lambda t: (t.instance_id, t.sample_index)):
-        if t.resolved is None:
+        if t.infra_failed or (t.resolved is None and (config.require_graded or config.require_resolved)):
             skip("ungraded")
         elif not t.resolved and config.require_resolved:
             skip("unresolved")

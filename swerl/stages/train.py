@@ -172,6 +172,8 @@ def train_rft(stage: RFTStage, on_start: OnStart | None = None, on_step: OnStep 
     config = trainer_config(stage, "sft", stage.train.epochs * data.steps_per_epoch(len(rows), stage.train.batch_size))
     spec = {"objective": "rft", "require_submitted": stage.require_submitted, "require_resolved": stage.require_resolved,
             "mask_format_errors": stage.mask_format_errors, "max_per_task": stage.max_per_task}
+    if not stage.require_graded:  # only then: runs written before the option resume unchanged
+        spec["require_graded"] = False
     return _train(stage, rows, config, spec, {"kept": float(len(rows)), "trajectories": float(len(found))}, on_start, on_step)
 
 

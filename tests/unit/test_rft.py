@@ -63,3 +63,10 @@ def test_a_warm_start_on_noisy_demonstrations_keeps_the_unresolved_ones_but_neve
     kept, why = select_rft(runs, RFTConfig(require_resolved=False))
     assert [e.trajectory_id for e in kept] == ["a/0", "a/1"]
     assert why == {"ungraded": 1}
+
+
+def test_ungraded_demonstrations_are_kept_only_when_asked_and_never_after_an_infrastructure_failure():
+    runs = [traj("a", 0, resolved=None), traj("b", 0, resolved=None, reason=ExitReason.infra_error)]
+    kept, why = select_rft(runs, RFTConfig(require_resolved=False, require_graded=False))
+    assert [e.trajectory_id for e in kept] == ["a/0"] and why == {"ungraded": 1}
+    assert select_rft(runs, RFTConfig(require_graded=False))[0] == []  # rejection sampling needs verdicts

@@ -40,7 +40,8 @@ def test_a_warm_start_comes_first_on_the_warm_up_tasks_and_replaces_the_start_s_
 
 def test_a_warm_start_may_skip_grading_a_noisy_demonstrator_but_never_one_kept_on_its_verdicts():
     noisy = {"tasks": Path("warm.jsonl"), "sampler": {"engine": "scripted", "demo_give_up": 0.5}, "grade": False}
-    assert stage_plan(PipelineParams(warm_start=noisy))[0].objective.grade is False
+    warm = stage_plan(PipelineParams(warm_start=noisy))[0].objective
+    assert (warm.grade, warm.rft.require_graded, warm.rft.require_resolved) == (False, False, False)
     with pytest.raises(ValidationError, match="grade false needs a noisy demonstrator"):
         PipelineParams(warm_start={**noisy, "sampler": {"engine": "scripted"}})
 
