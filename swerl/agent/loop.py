@@ -48,8 +48,8 @@ class AgentConfig(BaseModel):
         False, description="End each reply where its first fenced block closes (an end-of-turn sampled right after is kept), "
         "as a stop sequence would: what was sampled after it is dropped, never shown to the model nor trained on, so "
         "'more than one command' cannot happen. Off: the paper's scaffold, where a second block is a format error. "
-        "A small policy trained with DAPO at a high learning rate can stop ending its turn after the command (the "
-        "negative-advantage replies push the end-of-turn token down), then fails every turn on format alone."
+        "Measured on a tiny policy whose DAPO update had stopped it ending its turns, it did not help (its fences broke "
+        "too); dapo.loss.neg_prob_cap is what did."
     )
     collect_patch_on_exit: bool = Field(
         True, description="Record `git diff` also when the run ends without submit (SWE-agent's autosubmission)."

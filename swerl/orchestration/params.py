@@ -85,8 +85,8 @@ class WarmStartParams(BaseModel):
     samples: int = Field(1, ge=1, le=1024, description="Demonstrations per task.")
     sampler: SamplerParams = Field(default_factory=lambda: SamplerParams(engine="scripted"), description="The demonstrator.")
     grade: bool = Field(True, description="Grade the demonstrations. A noisy demonstrator's runs (`demo_give_up` > 0) are "
-                        "trained on whatever their verdict, so false skips a grading sandbox per gold replay (about a third "
-                        "of the demonstrations' time); the summary then says they were not graded. With `demo_give_up` 0 "
+                        "trained on whatever their verdict, so false skips a grading sandbox per gold replay (the learning "
+                        "proof's seed 2: 3.9 min of demonstrations against 4.7 graded); the summary then says they were not graded. With `demo_give_up` 0 "
                         "only resolved runs are kept, which needs the verdicts: false is refused there.")
     train: TrainParams = Field(default_factory=_train_params({"optimizer": {"lr": 1e-3}}, epochs=4),
                                description="How to train; the epoch count is the early stop.")
