@@ -47,7 +47,8 @@ def test_rft_reads_once_and_returns_the_rollout_figures_and_the_selection(tmp_pa
     assert result["selection"] == {"trajectories": 2, "kept": 0, "skipped": {"unresolved": 2}, "tasks_kept": 0}
     figures = result["rollout"]
     assert figures["trajectories"] == 2
-    assert figures["behaviour"] == {"trajectories": 2, "resolved": 0, "exits": {"submitted": 2}, "replies": 6, "no_command": 6}
+    assert figures["behaviour"] == {"trajectories": 2, "graded": 2, "resolved": 0, "exits": {"submitted": 2},
+                                      "replies": 6, "no_command": 6, "cut": 0}
     m = figures["metrics"]
     assert (m["rollout/trajectories"], m["rollout/solved_fraction"], m["rollout/action_tokens"]) == (2.0, 0.0, 12.0)
     assert m["rollout/tokens_per_s"] == 6.0  # 12 action tokens over the rollout's 2 s
