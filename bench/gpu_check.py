@@ -14,7 +14,8 @@ Prints figures and a CHECK line per assertion; exits 1 if any check failed. Need
 2. trainer: the batch-64 generations become a DAPO batch (old_logprobs = the engine's); the
    per-token log-probs of the trainer's bf16 autocast path against fp32 on the same weights
    (also a what-if with the head in fp32), the bf16 vs fp32 gradient cosine, a few DAPO
-   steps and one SFT step (finite losses), and save -> load -> step on cuda.
+   steps and one SFT step (finite losses), a DAPO step with ``neg_prob_cap`` 0.5 (its ``neg_capped_frac`` against
+   the engine's log-probs), and save -> load -> step on cuda.
 3. ``--deepspeed``: one DAPO step of ZeRO-2 and ZeRO-3 (one process, nccl) on that batch
    against the torch backend's first step from the same weights.
 
@@ -281,6 +282,17 @@ def trainer_section(args, work: Path, model_dir: Path, batch: TrainBatch) -> Non
     print(f"SFT step on cuda: loss {m['loss']:.4f} (mean -log-prob), grad_norm {m['grad_norm']:.4f}", flush=True)
     check(math.isfinite(m["loss"]) and abs(m["loss"] + float(lp32.mean())) < 0.05, "SFT loss finite and = -mean fp32 log-prob")
     sft.close()
+    # dapo.loss.neg_prob_cap: the batch's advantages are random normals, so about half its action tokens are
+    # negative ones; those the engine drew with p > cap get no gradient but stay in the normaliser
+    capped = make_trainer(model_dir, cfg.model_copy(update={"loss": cfg.loss.model_copy(update={"neg_prob_cap": 0.5})}))
+    m = capped.train_step(batch)
+    negative = torch.cat([torch.full((int(mk.sum()),), float(a)) for a, mk in zip(batch.advantages, batch.action_mask)]) < 0
+    expected = float((negative & (old > math.log(0.5))).float().mean())
+    print(f"DAPO step with neg_prob_cap 0.5 on cuda: loss {m['loss']:+.6f}, neg_capped_frac {m['neg_capped_frac']:.4f} "
+          f"(engine log-probs say {expected:.4f})", flush=True)
+    check(math.isfinite(m["loss"]) and abs(m["neg_capped_frac"] - expected) < 1e-5,
+          "capped DAPO step finite; neg_capped_frac = the share of action tokens negative and drawn with p > 0.5")
+    capped.close()
     f32 = make_trainer(model_dir, cfg.model_copy(update={"dtype": "float32"}))
     m = f32.train_step(batch)
     check(f32.autocast_dtype is None and math.isfinite(m["loss"]), f"fp32 trainer on cuda: loss {m['loss']:+.6f}")
