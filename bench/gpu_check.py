@@ -286,7 +286,7 @@ def trainer_section(args, work: Path, model_dir: Path, batch: TrainBatch) -> Non
     # negative ones; those the engine drew with p > cap get no gradient but stay in the normaliser
     capped = make_trainer(model_dir, cfg.model_copy(update={"loss": cfg.loss.model_copy(update={"neg_prob_cap": 0.5})}))
     m = capped.train_step(batch)
-    negative = torch.cat([torch.full((int(mk.sum()),), float(a)) for a, mk in zip(batch.advantages, batch.action_mask)]) < 0
+    negative = batch.advantages.repeat_interleave(torch.stack([mk.sum() for mk in batch.action_mask])) < 0  # old's layout
     expected = float((negative & (old > math.log(0.5))).float().mean())
     print(f"DAPO step with neg_prob_cap 0.5 on cuda: loss {m['loss']:+.6f}, neg_capped_frac {m['neg_capped_frac']:.4f} "
           f"(engine log-probs say {expected:.4f})", flush=True)

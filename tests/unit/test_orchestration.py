@@ -16,6 +16,15 @@ from swerl.orchestration.params import EvaluateParams, PipelineParams
 from swerl.rl.rewards import RewardConfig
 
 
+def _deployment(name: str):
+    """A file of deployments/, parsed."""
+    from pathlib import Path
+
+    import yaml
+
+    return yaml.safe_load((Path(__file__).resolve().parents[2] / "deployments" / name).read_text())
+
+
 def traj(instance: str, sample: int, exit_reason: str = "submitted", resolved: bool | None = False, turns: int = 5,
          failure: str | None = "tests_failed") -> Trajectory:
     return Trajectory(instance_id=instance, sample_index=sample, trajectory_id=f"{instance}/{sample}", policy_version="v0",
@@ -214,15 +223,13 @@ def test_pipeline_run_refuses_bad_parameters_before_starting_anything(tmp_path):
 def test_the_pipeline_deployment_parameters_are_valid_pipeline_parameters():
     from pathlib import Path
 
-    import yaml
-
-    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "deployments/prefect.yaml").read_text())
+    spec = _deployment("prefect.yaml")
     by_name = {d["name"]: d for d in spec["deployments"]}
     p = PipelineParams.model_validate(by_name["pipeline"]["parameters"]["params"])
     assert (p.name, p.dapo.iterations, p.rft.sampler, p.model) == ("demo", 2, None, "swerl/models/resources/tiny-warm-s0")
     # the curriculum the shipped policy was warm-started beside, with fewer held-out tasks: the held-out split is
     # drawn last, so they are the first of the recipe's, ones the policy never saw
-    recipe = PipelineParams.model_validate(yaml.safe_load((Path(__file__).resolve().parents[2] / "deployments/warm-start.yaml").read_text()))
+    recipe = PipelineParams.model_validate(_deployment("warm-start.yaml"))
     assert (p.curriculum.model_copy(update={"heldout": recipe.curriculum.heldout}), p.sampler) == (recipe.curriculum, recipe.sampler)
     assert (p.curriculum.heldout, recipe.curriculum.heldout) == (70, 100)
     nightly = EvaluateParams.model_validate(by_name["evaluate"]["parameters"]["params"])
@@ -270,22 +277,14 @@ def test_dapo_target_kl_is_off_unless_set_and_positive():
 
 def test_the_candidate_learning_recipe_is_the_measured_one():
     """deployments/learning-cap.yaml: the recipe its header's three-seed figures were measured with."""
-    from pathlib import Path
-
-    import yaml
-
-    p = PipelineParams.model_validate(yaml.safe_load((Path(__file__).resolve().parents[2] / "deployments/learning-cap.yaml").read_text()))
+    p = PipelineParams.model_validate(_deployment("learning-cap.yaml"))
     assert (p.curriculum.heldout, p.validate_sets, p.warm_start.grade, p.warm_start.train.epochs) == (70, ["eval"], False, 20)
     assert (p.rft.samples, p.rft.train.optimizer.lr, p.eval.runs, p.dapo.iterations, p.dapo.loss.neg_prob_cap) == (1, 5e-4, 2, 2, 0.5)
     assert p.dapo.train.optimizer.lr == 3e-4 and p.dapo.loss.eps_high == 0.3
 
 
 def test_the_learning_run_parameters_are_valid_pipeline_parameters():
-    from pathlib import Path
-
-    import yaml
-
-    p = PipelineParams.model_validate(yaml.safe_load((Path(__file__).resolve().parents[2] / "deployments/learning.yaml").read_text()))
+    p = PipelineParams.model_validate(_deployment("learning.yaml"))
     assert p.curriculum is not None and p.warm_start is not None and p.warm_start.tasks is None
     assert p.curriculum.bug_kinds == ["string_method", "arithmetic_operator", "comparison_boundary"]
     assert p.warm_start.sampler.demo_give_up == 0.5
