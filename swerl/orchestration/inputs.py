@@ -42,10 +42,28 @@ def tiny_model(folder: Path, config=None, corpus_tasks: Path | None = None) -> P
 
 
 def curriculum_inputs(folder: Path, config) -> dict[str, Path]:
-    """Generate the curriculum into ``folder`` once; its split files and repository mirror."""
+    """Generate the curriculum into ``folder`` once; its split files and repository mirror.
+
+    A folder that already holds a curriculum of another config is refused (ValueError naming the
+    differing fields): a resumed run's finished stages trained and scored on those tasks, and
+    going on with other ones would mix two curricula in one run without a word.
+    """
+    import json
+
     from swerl.curriculum.generate import generate_curriculum
 
-    if not (folder / "curriculum.json").is_file():
+    manifest = folder / "curriculum.json"
+    if not manifest.is_file():
         generate_curriculum(folder, config)
+    else:
+        held = json.loads(manifest.read_text())["config"]
+        asked = config.model_dump(mode="json")
+        differ = sorted(k for k in held.keys() | asked.keys() if held.get(k) != asked.get(k))
+        if differ:
+            raise ValueError(f"{folder} holds a curriculum generated with "
+                             f"{', '.join(f'{k}={held.get(k)!r}' for k in differ)}, and this run asks for "
+                             f"{', '.join(f'{k}={asked.get(k)!r}' for k in differ)}; the run's finished stages used the "
+                             "tasks already there: give this curriculum a run of its own (another name or run_root), "
+                             f"or delete {folder.parent} to start the run again")
     return {"train": folder / "train.jsonl", "heldout": folder / "heldout.jsonl", "warmup": folder / "warmup.jsonl",
             "repos": folder / "repos"}
