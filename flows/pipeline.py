@@ -278,6 +278,8 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
         return result
 
     def eval_body(name: str, step: int, pol: PolicyRef) -> EvalResult:
+        if pol.registered_version:
+            pol.check_registered(tr.resolve_policy(params.tracking, pol.model_arg())["path"], params.tracking.tracking_uri)
         result = evaluate_stage.with_options(flow_run_name=name)(
             EvaluateParams(model=pol.model_arg(), tasks=eval_tasks, repos=repos, runs=params.eval.runs, seed=params.seed,
                            sampler=params.sampler, tracking=params.tracking, promote=params.eval.promote),

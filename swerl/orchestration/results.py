@@ -9,6 +9,7 @@ written then reads as it is.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,6 +33,21 @@ class PolicyRef(BaseModel):
         registered = registered or {}
         return cls(path=str(path), policy_version=version, model_id=registered.get("model_id"),
                    registered_version=registered.get("version"))
+
+    def check_registered(self, registered_path: str, store: str | None) -> None:
+        """Refuse a registry whose version of this policy names another checkpoint (RuntimeError naming both).
+
+        A resumed run reads its policies from the ledger, and evaluates them by registry version:
+        against another MLflow store (another ``tracking_uri``, a reset database) that number names
+        whatever that store registered first, and the run would score the wrong weights without a word;
+        after the run folder moved, it names the folder where the weights were.
+        """
+        if os.path.realpath(registered_path) != os.path.realpath(self.path):
+            raise RuntimeError(
+                f"policy {self.policy_version!r} of this run is {self.path}, registered as version {self.registered_version}; "
+                f"version {self.registered_version} in the tracking store {store or '(default)'} is {registered_path}: "
+                "the run folder moved, or the run was started against another MLflow store. Point tracking.tracking_uri (or "
+                "MLFLOW_TRACKING_URI) back at that store and the folder back where it was, or start the run again in a new run folder")
 
     def model_arg(self) -> str:
         """What an evaluation is told to load: the registry version when there is one (lineage), else the path."""

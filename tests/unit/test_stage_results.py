@@ -55,3 +55,20 @@ def test_an_entry_that_is_no_result_is_refused_naming_the_file_the_stage_and_the
         Ledger(tmp_path).get("rft", StageResult)
     assert str(e.value) == (f"{path}: the entry of stage 'rft' does not read as a StageResult (1 error(s): ('policy',) "
                             f"Field required); remove 'rft' from {path} to rerun that stage, or start a new pipeline name")
+
+
+def test_a_registry_version_naming_the_policy_s_checkpoint_passes_and_another_is_refused(tmp_path):
+    step = tmp_path / "warm-start" / "train" / "step-000760"
+    step.mkdir(parents=True)
+    (tmp_path / "warm-start" / "train" / "final").symlink_to("step-000760")
+    other = tmp_path / "s2" / "iter-1" / "train" / "step-000024"
+    other.mkdir(parents=True)
+    pol = PolicyRef.of(str(tmp_path / "warm-start" / "train" / "final"), "warm-start", {"model_id": "m-1", "version": "1"})
+    pol.check_registered(str(step), "sqlite:///a.db")  # the link and its target: one checkpoint
+    with pytest.raises(RuntimeError) as refused:
+        pol.check_registered(str(other), "sqlite:///b.db")
+    assert str(refused.value) == (
+        f"policy 'warm-start' of this run is {tmp_path}/warm-start/train/final, registered as version 1; version 1 in the "
+        f"tracking store sqlite:///b.db is {other}: the run folder moved, or the run was started against another MLflow "
+        "store. Point tracking.tracking_uri (or MLFLOW_TRACKING_URI) back at that store and the folder back where it was, "
+        "or start the run again in a new run folder")
