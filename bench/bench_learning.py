@@ -1,6 +1,6 @@
 """The learning curve: held-out Pass@1 after each stage, per seed, with the GRPO-style ablation.
 
-    .venv/bin/python bench/bench_learning.py [--params deployments/learning.yaml] [--seeds 0 1 2] [--no-ablation]
+    .venv/bin/python bench/bench_learning.py [--params deployments/learning.yaml] [--seeds 0 1 2] [--ablations grpo grpo-cap | --no-ablation]
 
 For each seed, runs the pipeline flow of ``--params`` from scratch: the seed draws its own
 curriculum, tiny model, warm start and sampling (``--shared-start``: later seeds reuse the first
@@ -10,13 +10,15 @@ held-out Pass@1, its standard error over runs, and the stage's wall time, then t
 start -> RFT and RFT -> last iteration, each against two standard errors: the two stages' SEs
 over runs combined (sampling noise on this task set, the issue's definition), and the stricter
 one paired over tasks (it also counts which tasks were drawn; with k = 2 runs the SE over runs
-can be 0 by chance, the paired one cannot). With the ablation, the same seed's RFT checkpoint
-then goes through the same number of iterations with a plain GRPO-style update (symmetric
-clipping, zero-advantage samples kept, sequence-mean loss) and the two are printed side by
-side; DAPO's lead over GRPO at the last iteration is then averaged over the seeds, its SE
-combined from each seed's paired SE. Last, the learning proof's bar, met or not: each seed's two
-rises above 3 SE paired over tasks and the whole seed (preparation included) under 30 minutes,
-and DAPO's lead over GRPO, averaged over every seed, above 2 SE. Every figure comes from real rollouts graded in real
+can be 0 by chance, the paired one cannot). With the ablations, the same seed's RFT checkpoint
+then goes through the same number of iterations with GRPO-style updates (``ABLATIONS``: symmetric
+clipping, zero-advantage samples kept, sequence-mean loss, GRPO's KL penalty; "grpo" with the
+paper's loss, as GRPO has it, "grpo-cap" with the recipe's ``neg_prob_cap``) and they are printed side by side;
+DAPO's lead over each at the last iteration is then averaged over the seeds, its SE combined
+from each seed's paired SE. Last, the learning proof's bar, met or not: each seed's two rises
+above 3 SE paired over tasks and the whole seed (preparation included) under 30 minutes, and
+DAPO's lead over the first ablation named (``--ablations``, "grpo" by default), averaged over
+every seed, above 2 SE. Every figure comes from real rollouts graded in real
 sandboxes; reruns resume (finished stages are skipped).
 """
 
@@ -28,11 +30,42 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+
+# The GRPO-style ablations: what each changes in the recipe's DAPO stage. "grpo" is GRPO's update as
+# DeepSeekMath publishes it: symmetric clipping at eps_low, every group kept (zero-advantage ones add
+# no gradient but count in the normaliser), the sequence-mean loss, its KL penalty (beta 0.04, k3,
+# against the policy that began the iteration), and no neg_prob_cap. "grpo-cap" is the same with the
+# recipe's neg_prob_cap, swerl's own addition, so that DAPO against it isolates DAPO's own parts:
+# clip-higher, dropping zero-advantage groups, the token-level loss, and no KL term.
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "grpo": {"drop_zero_advantage": False,
+             "loss": {"symmetric_clip": True, "loss_aggregation": "sequence", "kl_coef": 0.04, "neg_prob_cap": 1.0}},
+    "grpo-cap": {"drop_zero_advantage": False, "loss": {"symmetric_clip": True, "loss_aggregation": "sequence", "kl_coef": 0.04}},
+}
+
+
+def ablation(params, key: str):
+    """The pipeline params of ablation ``key`` for a seed's run ``params``: the same run from its RFT
+    policy (no warm start, no RFT, no start evaluation), its DAPO stage changed as ``ABLATIONS[key]`` says."""
+    change = dict(ABLATIONS[key]["loss"])
+    if change.pop("symmetric_clip", False):
+        change["eps_high"] = params.dapo.loss.eps_low
+    rft_policy = params.run_dir / "rft" / "train" / "final"
+    return params.model_copy(update={
+        "name": f"{params.name}-ablation-{key}", "model": str(rft_policy.resolve()) if rft_policy.exists() else None,
+        "warm_start": None, "curriculum": params.curriculum, "validate_runs": 0,
+        "rft": params.rft.model_copy(update={"enabled": False}),
+        "eval": params.eval.model_copy(update={"evaluate_start": False}),
+        "dapo": params.dapo.model_copy(update={
+            "drop_zero_advantage": ABLATIONS[key]["drop_zero_advantage"],
+            "loss": params.dapo.loss.model_copy(update=change)})})
 
 
 def _rows(summary: dict) -> dict[str, dict]:
@@ -74,17 +107,18 @@ def _pairs(summary: dict) -> list[tuple[str, str]]:
     return [("start", "rft")] + ([("rft", last)] if last.startswith("iter-") else [])
 
 
-def _rises(summary: dict, grpo: dict | None = None) -> list[str]:
-    """Start -> RFT and RFT -> last iteration; with the ablation, the same for GRPO and DAPO against GRPO."""
+def _rises(summary: dict, ablations: dict[str, dict] | None = None) -> list[str]:
+    """Start -> RFT and RFT -> last iteration; for each ablation, its rise from RFT and DAPO against it."""
     per_task = _per_task(summary)
     last = summary["stages"][-1]["stage"]
     lines = [_rise(f"rise {a} -> {b}", per_task[a], per_task[b]) for a, b in _pairs(summary)
              if a in per_task and b in per_task]
-    baseline = _per_task(grpo) if grpo else {}
-    if last in baseline and "rft" in per_task:
-        lines.append(_rise(f"GRPO rise rft -> {last}", per_task["rft"], baseline[last]))
-        if last in per_task:
-            lines.append(_rise(f"DAPO - GRPO at {last}", baseline[last], per_task[last]))
+    for key, other in (ablations or {}).items():
+        baseline = _per_task(other)
+        if last in baseline and "rft" in per_task:
+            lines.append(_rise(f"{key} rise rft -> {last}", per_task["rft"], baseline[last]))
+            if last in per_task:
+                lines.append(_rise(f"DAPO - {key} at {last}", baseline[last], per_task[last]))
     return lines
 
 
@@ -107,50 +141,54 @@ def _seed_line(seed: int, r: dict) -> str:
     line = (f"seed {seed}: this call {r['wall'] / 60:.1f} min (stages {sum(spent.values()) / 60:.1f} min: images "
             f"{prep['images'] / 60:.1f}, validation {prep['validate'] / 60:.1f}, warm start {prep['warm-start'] / 60:.1f}, "
             f"evaluations, RFT and DAPO {rl / 60:.1f})")
-    if "grpo_wall" in r:
-        line += f"; the GRPO ablation {r['grpo_wall'] / 60:.1f} min more"
+    for key, wall in r.get("ablation_wall", {}).items():
+        line += f"; ablation {key} {wall / 60:.1f} min more"
     return line + f"; plot {r['dapo'].get('plot')}"
 
 
-def _leads(results: dict) -> list[tuple[float, float]]:
-    """Each ablated seed's DAPO - GRPO at the last iteration, (mean, SE) paired over its tasks."""
+def _leads(results: dict, key: str) -> list[tuple[float, float]]:
+    """Each seed's DAPO - ablation ``key`` at the last iteration, (mean, SE) paired over its tasks."""
     from swerl.eval.metrics import paired_difference
 
     out = []
     for r in results.values():
         last = r["dapo"]["stages"][-1]["stage"]
-        dapo, grpo = _per_task(r["dapo"]), _per_task(r["grpo"]) if "grpo" in r else {}
+        other = r.get("ablations", {}).get(key)
+        dapo, grpo = _per_task(r["dapo"]), _per_task(other) if other else {}
         if last in dapo and last in grpo:
             out.append(paired_difference(grpo[last], dapo[last]))
     return out
 
 
-def _lead_over_seeds(results: dict) -> tuple[float, float, int] | None:
-    """DAPO - GRPO at the last iteration averaged over the ablated seeds: (mean, SE, seeds), or None."""
+def _lead_over_seeds(results: dict, key: str) -> tuple[float, float, int] | None:
+    """DAPO - ablation ``key`` at the last iteration averaged over the ablated seeds: (mean, SE, seeds), or None."""
     from swerl.eval.metrics import mean_over_seeds
 
-    diffs = _leads(results)
+    diffs = _leads(results, key)
     return (*mean_over_seeds(diffs), len(diffs)) if diffs else None
 
 
-def _over_seeds(results: dict) -> list[str]:
-    """DAPO against GRPO at the last iteration, averaged over seeds (each seed's SE paired over its tasks)."""
-    lead = _lead_over_seeds(results)
-    if lead is None:
-        return []
-    mean, sem, n = lead
-    return [f"DAPO - GRPO at the last iteration, averaged over {n} seeds: {100 * mean:+.1f} points, "
-            f"SE {100 * sem:.1f} ({mean / sem:.1f} SE)" if sem else f"{100 * mean:+.1f} points"]
+def _over_seeds(results: dict, keys: list[str]) -> list[str]:
+    """DAPO against each ablation at the last iteration, averaged over seeds (each seed's SE paired over its tasks)."""
+    lines = []
+    for key in keys:
+        lead = _lead_over_seeds(results, key)
+        if lead is None:
+            continue
+        mean, sem, n = lead
+        lines.append(f"DAPO - {key} at the last iteration, averaged over {n} seeds: {100 * mean:+.1f} points, "
+                     f"SE {100 * sem:.1f} ({mean / sem:.1f} SE)" if sem else f"DAPO - {key}: {100 * mean:+.1f} points")
+    return lines
 
 
-def _verdict(results: dict, *, rise_se: float = 3.0, lead_se: float = 2.0, minutes: float = 30.0) -> list[str]:
+def _verdict(results: dict, baseline: str | None, *, rise_se: float = 3.0, lead_se: float = 2.0, minutes: float = 30.0) -> list[str]:
     """The learning proof's bar, seed by seed: both rises above ``rise_se`` SEs paired over tasks, the
-    whole seed (preparation included) under ``minutes``; then DAPO's lead over GRPO,
+    whole seed (preparation included) under ``minutes``; then DAPO's lead over the ablation ``baseline``,
     averaged over the seeds, above ``lead_se`` SEs."""
     from swerl.eval.metrics import paired_difference
 
     lines, passed = [f"the bar: each rise > {rise_se:g} SE paired over tasks, each seed < {minutes:g} min, "
-                     f"DAPO - GRPO averaged over seeds > {lead_se:g} SE"], True
+                     f"DAPO - {baseline or 'GRPO'} averaged over seeds > {lead_se:g} SE"], True
     for seed, r in results.items():
         per_task = _per_task(r["dapo"])
         # a fresh call's wall time also counts making the curriculum and the tiny model; a resumed one's
@@ -169,12 +207,12 @@ def _verdict(results: dict, *, rise_se: float = 3.0, lead_se: float = 2.0, minut
             cells.append(f"{a} -> {b} {ratio:+.1f} SE")
         passed &= ok
         lines.append(f"  seed {seed}: {', '.join(cells)}, {spent:.1f} min: {'met' if ok else 'NOT met'}")
-    lead = _lead_over_seeds(results)
+    lead = _lead_over_seeds(results, baseline) if baseline else None
     if lead is not None:
         mean, sem, n = lead
         ok = bool(sem) and mean / sem > lead_se and n == len(results)  # every seed ablated
         passed &= ok
-        lines.append(f"  DAPO - GRPO over {n} of {len(results)} seeds: {mean / sem if sem else float('inf'):+.1f} SE: "
+        lines.append(f"  DAPO - {baseline} over {n} of {len(results)} seeds: {mean / sem if sem else float('inf'):+.1f} SE: "
                      f"{'met' if ok else 'NOT met'}")
     else:
         passed = False
@@ -186,13 +224,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", type=Path, default=ROOT / "deployments/learning.yaml")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--no-ablation", action="store_true")
+    ap.add_argument("--ablations", nargs="*", choices=sorted(ABLATIONS), default=["grpo", "grpo-cap"],
+                    help="GRPO-style ablations to run from each seed's RFT policy; the first is the one the bar compares "
+                         "DAPO with (default: grpo grpo-cap)")
+    ap.add_argument("--no-ablation", action="store_true", help="run no ablation (the same as --ablations with none)")
     ap.add_argument("--run-root", type=Path, default=Path("runs/learning"))
     ap.add_argument("--shared-start", action="store_true",
                     help="later seeds reuse the first seed's curriculum and warm-started policy (as every run in the paper "
                          "starts from one instruct model); by default each seed generates its own curriculum, tiny model "
                          "and warm start")
     args = ap.parse_args()
+    if args.no_ablation:
+        args.ablations = []
     for key, value in {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90"}.items():
         os.environ.setdefault(key, value)
@@ -218,36 +261,29 @@ def main() -> None:
         warm_policy = params.run_dir / "warm-start" / "train" / "final"
         if args.shared_start and shared_start is None and warm_policy.is_dir():
             shared_start = str(warm_policy.resolve())
-        if not args.no_ablation:
-            rft_policy = params.run_dir / "rft" / "train" / "final"
-            grpo = params.model_copy(update={
-                "name": f"{params.name}-grpo", "model": str(rft_policy.resolve()) if rft_policy.exists() else None,
-                "warm_start": None, "curriculum": params.curriculum, "validate_runs": 0,
-                "rft": params.rft.model_copy(update={"enabled": False}),
-                "eval": params.eval.model_copy(update={"evaluate_start": False}),
-                "dapo": params.dapo.model_copy(update={
-                    "drop_zero_advantage": False, "loss": params.dapo.loss.model_copy(update={
-                        "eps_high": params.dapo.loss.eps_low, "loss_aggregation": "sequence"})})})
+        for key in args.ablations:
             t0 = time.monotonic()
-            results[seed]["grpo"] = pipeline(grpo)
-            results[seed]["grpo_wall"] = time.monotonic() - t0
+            results[seed].setdefault("ablations", {})[key] = pipeline(ablation(params, key))
+            results[seed].setdefault("ablation_wall", {})[key] = time.monotonic() - t0
     load = os.getloadavg()
     print(f"held-out Pass@1 (mean ± SEM over runs) per stage; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     for seed, r in results.items():
         print("\n" + _seed_line(seed, r))
-        print(f"  {'stage':<8} {'Pass@1 (DAPO)':>15} {'wall s':>8}" + ("" if "grpo" not in r else f" {'Pass@1 (GRPO)':>15} {'wall s':>8}"))
-        dapo, grpo = _rows(r["dapo"]), _rows(r["grpo"]) if "grpo" in r else {}
+        ablated = {key: _rows(summary) for key, summary in r.get("ablations", {}).items()}
+        print(f"  {'stage':<8} {'Pass@1 (DAPO)':>15} {'wall s':>8}"
+              + "".join(f" {'Pass@1 (' + key + ')':>19} {'wall s':>8}" for key in ablated))
+        dapo = _rows(r["dapo"])
         for stage, row in dapo.items():
             line = f"  {stage:<8} {_fmt(row)} {row.get('seconds', 0):8.0f}"
-            if "grpo" in r:
-                other = grpo.get(stage)
-                line += f" {_fmt(other)} {(other or {}).get('seconds', 0):8.0f}"
+            for rows in ablated.values():
+                other = rows.get(stage)
+                line += f"     {_fmt(other)} {(other or {}).get('seconds', 0):8.0f}"
             print(line)
-        for line in _rises(r["dapo"], r.get("grpo")):
+        for line in _rises(r["dapo"], r.get("ablations")):
             print(line)
-    for line in _over_seeds(results):
+    for line in _over_seeds(results, args.ablations):
         print("\n" + line)
-    print("\n" + "\n".join(_verdict(results)))
+    print("\n" + "\n".join(_verdict(results, args.ablations[0] if args.ablations else None)))
 
 
 if __name__ == "__main__":

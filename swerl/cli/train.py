@@ -123,6 +123,7 @@ def dapo(
     eps_low: float = field_option(LossConfig, "eps_low", "--eps-low"),
     eps_high: float = field_option(LossConfig, "eps_high", "--eps-high"),
     neg_prob_cap: float = field_option(LossConfig, "neg_prob_cap", "--neg-prob-cap"),
+    kl_coef: float = field_option(LossConfig, "kl_coef", "--kl-coef"),
     l_thr: int = field_option(RewardConfig, "l_thr", "--l-thr"),
     t_max: int = field_option(RewardConfig, "t_max", "--t-max"),
     length_penalty: bool = field_option(RewardConfig, "length_penalty", "--length-penalty/--no-length-penalty"),
@@ -155,4 +156,5 @@ def dapo(
         DAPOStage, "training", trajectories=trajectories, model=model, out=out, seed=seed, policy_version=policy_version,
         iteration=iteration, train=train, rewards_file=rewards, reward=reward, advantage=advantage,
         drop_zero_advantage=not keep_zero_advantage,
-        loss=dict(eps_low=eps_low, eps_high=eps_high, loss_aggregation=loss_aggregation, neg_prob_cap=neg_prob_cap)))
+        loss=dict(eps_low=eps_low, eps_high=eps_high, loss_aggregation=loss_aggregation, neg_prob_cap=neg_prob_cap,
+                  kl_coef=kl_coef)))

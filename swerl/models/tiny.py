@@ -54,6 +54,11 @@ def _qwen_instruct_sampling(im_end_id: int, pad_id: int) -> dict:
             "eos_token_id": [im_end_id, pad_id], "pad_token_id": pad_id}
 
 
+def tokenizer_texts(extra_texts: Sequence[str] = ()) -> list[str]:
+    """The tokenizer's training corpus: the packaged files, then ``extra_texts``."""
+    return [p.read_text(encoding="utf-8") for p in corpus_files()] + list(extra_texts)
+
+
 def init_tiny(out: Path, config: TinyModelConfig | None = None, *, overwrite: bool = False,
               extra_texts: Sequence[str] = ()) -> Path:
     """Write a tiny Qwen2 model, its tokenizer and chat template to ``out``; return ``out``.
@@ -74,7 +79,7 @@ def init_tiny(out: Path, config: TinyModelConfig | None = None, *, overwrite: bo
         raise FileExistsError(f"{out} is not empty; choose an empty folder or overwrite it")
     out.parent.mkdir(parents=True, exist_ok=True)
 
-    texts = [p.read_text(encoding="utf-8") for p in corpus_files()] + list(extra_texts)
+    texts = tokenizer_texts(extra_texts)
     tok = train_tokenizer(config.vocab_size, texts)
     im_end_id, pad_id = tok.token_to_id(IM_END), tok.token_to_id(PAD_TOKEN)
 

@@ -28,16 +28,36 @@ def tiny_model(folder: Path, config=None, corpus_tasks: Path | None = None) -> P
     """The tiny policy in ``folder`` (created once; deterministic given ``config`` and ``corpus_tasks``).
 
     ``corpus_tasks``: a task file whose issue texts and patches join the tokenizer's corpus.
+    A folder holding a tiny model of another config or tokenizer corpus is refused (ValueError
+    naming what differs): a resumed run's finished stages trained that model.
     """
-    from swerl.models.tiny import TinyModelConfig, init_tiny
+    import json
 
-    if not (folder / "config.json").is_file():
-        extra = []
-        if corpus_tasks is not None:
-            from swerl.data.loaders import load_tasks
+    from swerl.models.tiny import MODEL_CARD, TinyModelConfig, init_tiny, tokenizer_texts
+    from swerl.models.tokenizer_training import corpus_digest
 
-            extra = [f"{t.problem_statement}\n{t.patch}\n{t.test_patch}" for t in load_tasks(corpus_tasks).tasks]
-        init_tiny(folder, config or TinyModelConfig(), overwrite=True, extra_texts=extra)
+    config = config or TinyModelConfig()
+    extra = []
+    if corpus_tasks is not None:
+        from swerl.data.loaders import load_tasks
+
+        extra = [f"{t.problem_statement}\n{t.patch}\n{t.test_patch}" for t in load_tasks(corpus_tasks).tasks]
+    card = folder / MODEL_CARD
+    if not (folder / "config.json").is_file() or not card.is_file():
+        init_tiny(folder, config, overwrite=True, extra_texts=extra)
+        return folder
+    held = json.loads(card.read_text())
+    asked = config.model_dump(mode="json")
+    differ = [f"{k}={held['config'].get(k)!r} (asked {asked.get(k)!r})" for k in sorted(held["config"].keys() | asked.keys())
+              if held["config"].get(k) != asked.get(k)]
+    if held["tokenizer_corpus"]["sha256"] != corpus_digest(tokenizer_texts(extra)):
+        n = held["tokenizer_corpus"]["extra_texts"]
+        differ.append(f"a tokenizer corpus of {n} task texts (asked "
+                      + (f"{len(extra)})" if n != len(extra) else f"{n} other ones)"))
+    if differ:
+        raise ValueError(f"{folder} holds a tiny model made with {', '.join(differ)}; the run's finished stages trained "
+                         "that model: give this model a run of its own (another name or run_root), or delete "
+                         f"{folder.parent} to start the run again")
     return folder
 
 

@@ -120,6 +120,8 @@ class DAPOIteration(BaseModel):
                   "lr": d.train.optimizer.lr, "advantage": d.advantage, "start_policy": start_version}
         if d.loss.neg_prob_cap < 1.0:  # only then: runs logged before the option resume with the same params
             params["neg_prob_cap"] = d.loss.neg_prob_cap
+        if d.loss.kl_coef > 0:  # likewise
+            params["kl_coef"] = d.loss.kl_coef
         return params
 
     def stage_config(self, trajectories: Path, model: str, out: Path, seed: int, policy_version: str) -> DAPOStage:

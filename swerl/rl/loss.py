@@ -6,7 +6,9 @@ ALL action tokens of the batch divided by their number (token-level aggregation)
 micro-batch passes ``norm_tokens`` = the action tokens of the whole optimiser step, so that
 summing micro-batch losses (and gradients) reproduces the single-batch value exactly.
 Observation tokens (mask 0) never enter the loss and get exactly zero gradient. As in the
-paper there is no KL term to a reference policy.
+paper there is no KL term to a reference policy unless ``kl_coef`` > 0 asks for GRPO's:
+``kl_coef * k3(log pi_ref - log pi_theta)`` per action token, aggregated as the policy term,
+with pi_ref the policy that began the iteration (the sampler: ``old_logprobs``).
 
 ``neg_prob_cap`` < 1 (not in the paper) leaves out of the gradient the negative-advantage
 tokens the sampler drew with probability above the cap, as a clipped token is left out: they
@@ -72,16 +74,20 @@ def dapo_loss(
     entropy: torch.Tensor | None = None,  # [B, T] per-token entropy of pi_theta, for the metric only
     norm_sequences: int | None = None,
     neg_prob_cap: float = 1.0,
+    kl_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``(loss, metrics)``; metrics are detached scalars over action tokens only.
 
     ``norm_tokens`` (token aggregation) / ``norm_sequences`` (sequence aggregation): the
     denominator to use instead of this call's own count, for gradient accumulation.
     ``neg_prob_cap``: negative-advantage tokens with ``pi_old > neg_prob_cap`` get no gradient (1.0: none left out).
+    ``kl_coef``: GRPO's penalty ``kl_coef * k3(old_logprobs - logprobs)`` per action token, the sampler's
+    policy as the reference (0: none, DAPO). Every action token carries it, capped ones too.
     Metrics: ``clip_frac_low`` (A < 0 and rho < 1 - eps_low: the low clip is what stops the
     gradient), ``clip_frac_high`` (A > 0 and rho > 1 + eps_high), ``approx_kl`` (k3 estimate of
     KL(pi_old || pi_theta)), ``ratio_mean/min/max``, ``entropy`` when it is given, ``neg_capped_frac``
-    (action tokens left out by ``neg_prob_cap``, when it is below 1), and ``action_tokens`` (to weight metrics across micro-batches).
+    (action tokens left out by ``neg_prob_cap``, when it is below 1), ``ref_kl`` (the penalised k3 mean, when ``kl_coef`` > 0),
+    and ``action_tokens`` (to weight metrics across micro-batches).
     """
     if aggregation not in ("token", "sequence"):
         raise ValueError(f"aggregation must be 'token' or 'sequence', got {aggregation!r}")
@@ -99,6 +105,10 @@ def dapo_loss(
         objective = torch.where(capped, torch.zeros_like(objective), objective)
     pg_loss = -_aggregate(objective, mask, aggregation, norm_tokens, norm_sequences)
     metrics: dict[str, torch.Tensor] = {"pg_loss": pg_loss.detach()}
+    loss = pg_loss
+    if kl_coef > 0:
+        ref_kl = k3(-log_ratio)  # log pi_ref - log pi_theta, pi_ref the sampler's policy; 0 where masked
+        loss = pg_loss + kl_coef * _aggregate(ref_kl, mask, aggregation, norm_tokens, norm_sequences)
 
     with torch.no_grad():
         adv_full = adv.expand_as(ratio)
@@ -115,4 +125,6 @@ def dapo_loss(
             metrics["entropy"] = masked_mean(entropy, mask)
         if capped is not None:
             metrics["neg_capped_frac"] = masked_mean(capped.to(ratio.dtype), mask)
-    return pg_loss, metrics
+        if kl_coef > 0:
+            metrics["ref_kl"] = masked_mean(ref_kl, mask)
+    return loss, metrics

@@ -208,4 +208,6 @@ def train_dapo(stage: DAPOStage, on_start: OnStart | None = None, on_step: OnSte
             "loss_aggregation": stage.loss.loss_aggregation}
     if stage.loss.neg_prob_cap < 1.0:  # only then: runs written before the option resume unchanged
         spec["neg_prob_cap"] = stage.loss.neg_prob_cap
+    if stage.loss.kl_coef > 0:  # likewise
+        spec["kl_coef"] = stage.loss.kl_coef
     return _train(stage, d.rows, config, spec, d.summary(), on_start, on_step)

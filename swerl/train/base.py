@@ -54,6 +54,11 @@ class LossConfig(BaseModel):
                                 "this get no gradient (they still count in the normaliser, as clipped tokens do). 1.0: every "
                                 "token, as the paper. Below 1 keeps a small policy at a high learning rate from unlearning "
                                 "its sure tokens (fences, end-of-turn) from failed runs; see swerl.rl.loss.")
+    kl_coef: float = Field(0.0, ge=0, le=10, description="GRPO's KL penalty (DeepSeekMath: 0.04): beta times the k3 "
+                           "estimate of KL(pi_theta || pi_ref) per action token, aggregated as the policy term. pi_ref is "
+                           "the policy that began the iteration (DeepSeekMath's Algorithm 1 resets pi_ref to pi_theta each "
+                           "iteration, and an iteration here samples once), so the sampler's log-probs serve and no "
+                           "reference model is loaded. 0: no KL term, as DAPO and the paper.")
 
 
 class TorchTrainerConfig(BaseModel):

@@ -135,3 +135,49 @@ def test_neg_prob_cap_of_one_is_the_papers_loss_bit_for_bit():
     new, old, adv, mask = five_cases()
     assert torch.equal(dapo_loss(new, old, adv, mask, EPS_LOW, EPS_HIGH, neg_prob_cap=1.0)[0],
                        dapo_loss(new, old, adv, mask, EPS_LOW, EPS_HIGH)[0])
+
+
+def test_kl_coef_adds_grpos_k3_penalty_against_the_sampler_with_its_exact_gradient():
+    logprobs, old, adv, mask = five_cases()
+    loss, m = dapo_loss(logprobs, old, adv, mask, EPS_LOW, EPS_HIGH, kl_coef=0.04)
+    # GRPO's k3 with pi_ref the sampler: r = pi_ref / pi_theta = 1 / rho, k3 = r - log r - 1 per action token
+    k3 = [1 / rho + math.log(rho) - 1 for rho in RATIOS]
+    assert m["ref_kl"].item() == pytest.approx(sum(k3) / 5, abs=1e-15)
+    assert m["pg_loss"].item() == pytest.approx(-0.02, abs=1e-15)  # the policy term alone, as without the penalty
+    assert loss.item() == pytest.approx(-0.02 + 0.04 * sum(k3) / 5, abs=1e-15)
+    loss.backward()
+    # d k3 / d log pi_theta = 1 - 1 / rho; the policy term's gradient is the worked example's
+    policy = [0.0, -0.1, 0.0, 0.4, -0.22]
+    assert logprobs.grad[:, 1].tolist() == pytest.approx([g + 0.04 * (1 - 1 / rho) / 5 for g, rho in zip(policy, RATIOS)],
+                                                         abs=1e-15)
+    assert logprobs.grad[:, [0, 2]].eq(0).all()  # junk observation log-probs stay out of the penalty too
+
+
+def test_kl_penalty_is_zero_with_zero_gradient_where_the_policy_has_not_moved():
+    lp = torch.full((2, 3), -0.7, dtype=torch.float64, requires_grad=True)
+    adv, mask = torch.tensor([1.0, -1.0], dtype=torch.float64), torch.tensor([[0, 1, 1], [0, 1, 0]])
+    with_kl, m = dapo_loss(lp, lp.detach(), adv, mask, kl_coef=0.5)
+    without, _ = dapo_loss(lp, lp.detach(), adv, mask)
+    assert with_kl.item() == without.item() and m["ref_kl"].item() == 0.0
+    (grad_kl,) = torch.autograd.grad(with_kl, lp)
+    (grad,) = torch.autograd.grad(without, lp)
+    assert torch.equal(grad_kl, grad)
+
+
+def test_kl_penalty_follows_the_sequence_aggregation():
+    # row 0: one action token at rho 2; row 1: three action tokens at rho 1 (no penalty)
+    old = torch.zeros(2, 4, dtype=torch.float64)
+    new = old.clone()
+    new[0, 1] = math.log(2.0)
+    mask, adv = torch.tensor([[0, 1, 0, 0], [0, 1, 1, 1]]), torch.zeros(2, dtype=torch.float64)
+    k3 = 0.5 + math.log(2.0) - 1
+    token, _ = dapo_loss(new, old, adv, mask, kl_coef=1.0)
+    sequence, _ = dapo_loss(new, old, adv, mask, aggregation="sequence", kl_coef=1.0)
+    assert token.item() == pytest.approx(k3 / 4, abs=1e-15)  # over the batch's 4 action tokens
+    assert sequence.item() == pytest.approx(k3 / 2, abs=1e-15)  # row 0's mean k3, over 2 sequences
+
+
+def test_kl_coef_of_zero_is_the_papers_loss_bit_for_bit():
+    new, old, adv, mask = five_cases()
+    loss, metrics = dapo_loss(new, old, adv, mask, EPS_LOW, EPS_HIGH, kl_coef=0.0)
+    assert torch.equal(loss, dapo_loss(new, old, adv, mask, EPS_LOW, EPS_HIGH)[0]) and "ref_kl" not in metrics

@@ -152,6 +152,28 @@ def test_accumulated_gradient_equals_the_full_logits_reference():
     assert max_diff(got, {n: q.grad for n, q in model.named_parameters()}) < 1e-5
 
 
+@pytest.mark.parametrize("aggregation", ["token", "sequence"])
+def test_grpos_kl_penalty_reaches_the_step_over_microbatches_as_over_one_batch(aggregation):
+    b = batch()
+    cfg = TrainerConfig(max_tokens_per_microbatch=30, loss={"kl_coef": 0.04, "loss_aggregation": aggregation})
+    model = policy()
+    sums = accumulate_gradients(ActionLogprobModel(model, chunk_size=7), b, plan_step(b, cfg), cfg, torch.Tensor.backward,
+                                torch.device("cpu"))
+    got = {n: q.grad.clone() for n, q in model.named_parameters()}
+    reference = policy()
+    p = b.padded()
+    logits = reference(input_ids=p["input_ids"], attention_mask=p["attention_mask"]).logits.float()
+    logp = torch.zeros_like(p["old_logprobs"])
+    logp[:, 1:] = torch.log_softmax(logits, -1)[:, :-1].gather(-1, p["input_ids"][:, 1:, None]).squeeze(-1)
+    loss, metrics = dapo_loss(logp, p["old_logprobs"], p["advantages"], p["action_mask"], 0.2, 0.3, aggregation=aggregation,
+                              kl_coef=0.04)
+    loss.backward()
+    assert max_diff(got, {n: q.grad for n, q in reference.named_parameters()}) < 1e-5
+    # old log-probs here are ~log(1/V) + noise, so the penalty is far from 0 and the test would see it missing
+    assert sums["ref_kl_sum"] / sums["action_tokens"] == pytest.approx(metrics["ref_kl"].item(), rel=1e-5)
+    assert metrics["ref_kl"].item() > 0.01
+
+
 def test_values_at_observation_positions_change_nothing():
     b = batch()
     cfg = TrainerConfig(max_tokens_per_microbatch=30)
