@@ -278,7 +278,7 @@ def test_dapo_target_kl_is_off_unless_set_and_positive():
 def test_the_candidate_learning_recipe_is_the_measured_one():
     """deployments/learning-cap.yaml: the recipe its header's three-seed figures were measured with."""
     p = PipelineParams.model_validate(_deployment("learning-cap.yaml"))
-    assert (p.curriculum.heldout, p.validate_sets, p.warm_start.grade, p.warm_start.train.epochs) == (70, ["eval"], False, 20)
+    assert (p.curriculum.heldout, p.validate_sets, p.warm_start.grade, p.warm_start.train.epochs) == (100, ["eval"], False, 20)
     assert (p.rft.samples, p.rft.train.optimizer.lr, p.eval.runs, p.dapo.iterations, p.dapo.loss.neg_prob_cap) == (1, 5e-4, 2, 2, 0.5)
     assert p.dapo.train.optimizer.lr == 3e-4 and p.dapo.loss.eps_high == 0.3
 
