@@ -24,6 +24,11 @@ def task_inputs(tasks: Path | None, repos: Path | None, demo_dir: Path = DEFAULT
     return Path(tasks), repos
 
 
+def differing_fields(held: dict, asked: dict) -> list[str]:
+    """The keys, sorted, whose values differ between a run folder's recorded config and the one asked (missing counts)."""
+    return sorted(k for k in held.keys() | asked.keys() if held.get(k) != asked.get(k))
+
+
 def tiny_model(folder: Path, config=None, corpus_tasks: Path | None = None) -> Path:
     """The tiny policy in ``folder`` (created once; deterministic given ``config`` and ``corpus_tasks``).
 
@@ -48,8 +53,7 @@ def tiny_model(folder: Path, config=None, corpus_tasks: Path | None = None) -> P
         return folder
     held = json.loads(card.read_text())
     asked = config.model_dump(mode="json")
-    differ = [f"{k}={held['config'].get(k)!r} (asked {asked.get(k)!r})" for k in sorted(held["config"].keys() | asked.keys())
-              if held["config"].get(k) != asked.get(k)]
+    differ = [f"{k}={held['config'].get(k)!r} (asked {asked.get(k)!r})" for k in differing_fields(held["config"], asked)]
     if held["tokenizer_corpus"]["sha256"] != corpus_digest(tokenizer_texts(extra)):
         n = held["tokenizer_corpus"]["extra_texts"]
         differ.append(f"a tokenizer corpus of {n} task texts (asked "
@@ -78,7 +82,7 @@ def curriculum_inputs(folder: Path, config) -> dict[str, Path]:
     else:
         held = json.loads(manifest.read_text())["config"]
         asked = config.model_dump(mode="json")
-        differ = sorted(k for k in held.keys() | asked.keys() if held.get(k) != asked.get(k))
+        differ = differing_fields(held, asked)
         if differ:
             raise ValueError(f"{folder} holds a curriculum generated with "
                              f"{', '.join(f'{k}={held.get(k)!r}' for k in differ)}, and this run asks for "
