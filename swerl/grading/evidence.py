@@ -13,11 +13,9 @@ from __future__ import annotations
 import base64
 import json
 
-from swerl.grading.path_rules import GUARD_LINE
-from swerl.grading.test_user import AUDIT_LINE, TIMEOUT_LINE
+from pydantic import BaseModel
 
 REPORT_STATUSES = frozenset({"PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL"})
-CANARY_KINDS = ("must_fail", "must_pass")
 _RANK = {"PASSED": 0, "XFAIL": 0, "SKIPPED": 1, "FAILED": 2, "ERROR": 3}
 
 
@@ -26,8 +24,17 @@ class MalformedReport(ValueError):
 
 
 def report_from_events(raw: bytes) -> dict | None:
-    """``{complete, exitstatus, tests, canaries, collect_errors}`` from the event lines; None when
-    pytest sent nothing (it never started, or never loaded the plugin)."""
+    """``{complete, exitstatus, tests, runs, collect_errors}`` from the event lines; None when pytest sent
+    nothing (it never started, or never loaded the plugin). ``runs`` counts each test's call phases."""
+    try:
+        return _report_from_events(raw)
+    except MalformedReport:
+        raise
+    except Exception as e:  # whatever the lines hold, reading them ends here: never an error of swerl's
+        raise MalformedReport(f"unreadable events ({type(e).__name__})") from None
+
+
+def _report_from_events(raw: bytes) -> dict | None:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -35,7 +42,7 @@ def report_from_events(raw: bytes) -> dict | None:
     if text and not text.endswith("\n"):
         raise MalformedReport("the last event was cut off (the plugin writes whole lines)")
     tests: dict[str, str] = {}
-    canaries: dict[str, list[str]] = {kind: [] for kind in CANARY_KINDS}
+    runs: dict[str, int] = {}
     errors: list[dict] = []
     finishes: list[int] = []
     lines = [line for line in text.split("\n") if line.strip()]
@@ -48,24 +55,24 @@ def report_from_events(raw: bytes) -> dict | None:
             old = tests.get(event["id"])
             if old is None or _RANK[event["status"]] > _RANK[old]:
                 tests[event["id"]] = event["status"]
-        elif kind == "canary":
-            canaries[event["kind"]].append(event["id"])
+            if event["phase"] == "call":
+                runs[event["id"]] = runs.get(event["id"], 0) + 1
         elif kind == "collect_error":
             errors.append({"nodeid": event["nodeid"], "longrepr": event["longrepr"]})
         else:
             finishes.append(event["exitstatus"])
     # several sessions (or a forged finish): any unclean one makes the run unclean
     exitstatus = next((code for code in finishes if code != 0), 0)
-    return {"complete": bool(finishes), "exitstatus": exitstatus, "tests": tests, "canaries": canaries,
-            "collect_errors": errors}
+    return {"complete": bool(finishes), "exitstatus": exitstatus, "tests": tests, "runs": runs,
+            "sessions": len(finishes), "collect_errors": errors}
 
 
 _SCHEMA = {
-    "test": {"id": str, "status": str},
-    "canary": {"kind": str, "id": str},
+    "test": {"id": str, "status": str, "phase": str},
     "collect_error": {"nodeid": str, "longrepr": str},
     "finish": {"exitstatus": int},
 }
+PHASES = frozenset({"setup", "call", "teardown"})
 
 
 def _event(line: str, number: int) -> dict:
@@ -73,21 +80,48 @@ def _event(line: str, number: int) -> dict:
         event = json.loads(line)
     except (ValueError, RecursionError):
         raise MalformedReport(f"event {number} is not JSON") from None
-    fields = _SCHEMA.get(event.get("event")) if isinstance(event, dict) else None
+    kind = event.get("event") if isinstance(event, dict) else None
+    fields = _SCHEMA.get(kind) if type(kind) is str else None
     if fields is None or set(event) != {"event", *fields}:
         raise MalformedReport(f"event {number} is not one the plugin sends")
     for name, kind in fields.items():
         if type(event[name]) is not kind:
             raise MalformedReport(f"event {number}: {name!r} is not a {kind.__name__}")
-    if event["event"] == "test" and event["status"] not in REPORT_STATUSES:
-        raise MalformedReport(f"event {number}: {event['status']!r} is not a pytest outcome")
-    if event["event"] == "canary" and event["kind"] not in CANARY_KINDS:
-        raise MalformedReport(f"event {number}: {event['kind']!r} is not a kind of canary")
+    if event["event"] == "test" and (event["status"] not in REPORT_STATUSES or event["phase"] not in PHASES):
+        raise MalformedReport(f"event {number}: {event['status']!r} in {event['phase']!r} is not a pytest outcome")
     return event
 
 
+class RootAnswer(BaseModel):
+    """What root left in its folder, as its one framed line carried it (``test_user.frame``)."""
+
+    setup: dict | None = None  # {"stage", "code", "via"}: the set-up's last step and its status
+    guard: dict | None = None  # the path guard's verdict (restored, removed, refused, changed), bounded
+    canaries: dict | None = None  # {"built": [...], "not_built": {...}} (swerl.grading.canaries)
+    pre_tests: dict | None = None  # {"python", "tripwire", ...}: what root installed before the tests
+    finish: dict | None = None  # {"timed_out", "status", "audit", "tripwire"} (test_user.finish)
+    setup_log: str = ""
+    events_size: int = -1
+    events: str | None = None  # base64 of pytest's events when small enough to carry
+
+
+def root_answer(output: str, prefix: str) -> tuple[RootAnswer | None, str]:
+    """Root's answer from the command's output and the output before it; (None, output) when there is none.
+    Only root could read the secret in ``prefix``, and it prints its answer once no process of the tests'
+    is left, so exactly one line can carry it."""
+    at = output.rfind("\n" + prefix)
+    if at < 0:
+        return None, output
+    line = output[at + 1:].split("\n", 1)[0][len(prefix):]
+    try:
+        answer = RootAnswer.model_validate_json(base64.b64decode(line.strip(), validate=True))
+    except ValueError as e:
+        raise MalformedReport(f"root's answer does not read: {e}") from None  # root's own line: swerl's problem
+    return answer, output[:at]
+
+
 def report_from_b64(b64: str) -> dict | None:
-    """pytest's report from the events the grading command printed (base64 of the evidence file)."""
+    """pytest's report from the events root carried (base64 of the evidence file)."""
     try:
         raw = base64.b64decode(b64.strip(), validate=True)
     except ValueError:
@@ -95,40 +129,17 @@ def report_from_b64(b64: str) -> dict | None:
     return report_from_events(raw)
 
 
-def guard_verdict(setup_log: str) -> dict | None:
-    """The guard's JSON line from the set-up output (swerl's own output: no code under test has run yet)."""
-    for line in reversed(setup_log.splitlines()):
-        if line.startswith(GUARD_LINE):
-            try:
-                verdict = json.loads(line[len(GUARD_LINE):])
-            except ValueError:
-                return None
-            return verdict if isinstance(verdict, dict) and all(isinstance(verdict.get(k), dict)
-                                                                 for k in ("restored", "removed", "refused")) else None
-    return None
-
-
-def timed_out_verdict(text: str) -> bool:
-    """Whether the test user's helper killed the tests at their time limit: its timeout line is the one
-    just after the audit's last line, both printed by root once no process of the tests' is left (any
-    line the tests printed, a forged audit or timeout line too, comes before them)."""
-    lines = text.splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        if lines[i].startswith(AUDIT_LINE):
-            return i + 1 < len(lines) and lines[i + 1].startswith(TIMEOUT_LINE)
-    return False
-
-
-def audit_verdict(text: str) -> dict[str, str]:
-    """What the tests planted, from the audit's line: the last one, printed by root once no process of the
-    tests' is left (a line the tests printed comes before it)."""
-    for line in reversed(text.splitlines()):
-        if line.startswith(AUDIT_LINE):
-            try:
-                planted = json.loads(line[len(AUDIT_LINE):])
-            except ValueError:
-                break
-            if isinstance(planted, dict):
-                return {str(k): str(v) for k, v in planted.items()}
-            break
-    raise MalformedReport("the audit of what the tests created did not answer")
+def tripwire_records(text: str) -> tuple[list[str], int]:
+    """(records of tampering, how many interpreters reported in) from the tripwire's lines: each line is
+    ``pid<TAB>event<TAB>file<TAB>detail``; a ``hello`` says an interpreter started with the hook in. Any
+    other line, and any line that does not read, is a record: only the hook and the tests write there."""
+    records, hellos = [], 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) == 4 and fields[1] == "hello" and fields[0].isdigit():
+            hellos += 1
+            continue
+        records.append(" ".join(fields[1:]) if len(fields) == 4 else line[:300])
+    return records, hellos

@@ -35,10 +35,10 @@ from swerl.data.task import Task
 from swerl.envs.docker_sandbox import DockerSandboxConfig, concurrency_slots
 from swerl.envs.factory import SandboxConfig, make_sandbox
 from swerl.envs.sandbox import RunnerFailed, Sandbox, SandboxError, run_alone
-from swerl.grading.evidence import (MalformedReport, audit_verdict, guard_verdict, report_from_b64, report_from_events,
-                                   timed_out_verdict)
+from swerl.grading.evidence import (MalformedReport, RootAnswer, report_from_b64, report_from_events, root_answer,
+                                   tripwire_records)
 from swerl.grading.judge import judge
-from swerl.grading.plan import STAGE, Logs, Plan, make_plan
+from swerl.grading.plan import Logs, Plan, make_plan
 from swerl.grading.protected import ProtectedPathsConfig
 from swerl.grading.results import FailureClass, GradeResult
 
@@ -73,78 +73,69 @@ def _safe(name: str) -> str:
 def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, logs: Logs,
               result: GradeResult) -> GradeResult:
     run = run_alone(sandbox, plan.command, timeout=config.test_timeout_s + SETUP_ALLOWANCE_S)
-    head, sep, tests_output = run.output.partition(plan.tests_line + "\n")
-    logs.write("setup.log", head)
-    if not sep:
-        stage = next((ln[len(STAGE):] for ln in reversed(head.splitlines()) if ln.startswith(STAGE)), "")
+    try:
+        answer, output = root_answer(run.output, plan.frame_prefix)
+    except MalformedReport as e:
+        raise SandboxError(str(e)) from None  # root's own line: the tests can neither write nor cut it
+    if answer is None:
         if run.timed_out:
-            raise SandboxError(f"grading set-up ({stage or 'start'}) did not finish within the time allowed")
-        if stage == "apply":
-            result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch does not apply: {head[-800:]}"
-            return result
-        if stage == "guard":
-            verdict = guard_verdict(head)
-            if verdict is None or not verdict["refused"]:  # the guard itself failed: swerl's problem, not the patch's
-                raise SandboxError(f"the path guard failed (exit {run.exit_code}): {head[-500:]}")
-            refused = verdict["refused"]
-            result.failure_class, result.log_valid = FailureClass.TAMPERED, False
-            result.reason = ("the patch changed protected paths that cannot be put back: "
-                             + "; ".join(f"{p}: {r}" for p, r in list(refused.items())[:5]))
-            return result
-        if stage == "test_patch":
-            result.failure_class = FailureClass.TASK_BROKEN
-            result.reason = f"the task's test patch does not apply to base_commit (task is broken): {head[-500:]}"
-            return result
-        raise SandboxError(f"grading set-up failed at {stage or 'start'} (exit {run.exit_code}): {head[-500:]}")
-    if "@@via" in head:
-        result.applied_with = "patch" if "@@via patch" in head else "git apply"
-    guarded = guard_verdict(head)
+            raise SandboxError("grading did not finish within the time allowed (root's answer never came)")
+        raise SandboxError(f"root's answer is missing from the grading's output (exit {run.exit_code}): {run.output[-500:]}")
+    logs.write("setup.log", answer.setup_log)
+    setup = answer.setup or {}
+    if setup.get("code") != 0:
+        return _setup_failed(setup.get("stage") or "start", answer, run.exit_code, result)
+    if not plan.no_patch and setup.get("via"):
+        result.applied_with = setup["via"]
+    guarded = answer.guard
     if guarded is not None:
-        for path, reason in {**guarded["restored"], **guarded["removed"]}.items():
+        for path, reason in {**guarded.get("restored", {}), **guarded.get("removed", {})}.items():
             result.dropped_files[path] = f"changed in the container although protected ({reason}); put back"
-        if guarded["restored"] or guarded["removed"]:
+        if guarded.get("restored") or guarded.get("removed"):
             result.tamper_flags = sorted(set(result.tamper_flags) | {"protected_paths"})
-    before, found, evidence = tests_output.rpartition("\n" + plan.report_line + "\n")
-    report_b64 = ""
-    if found:
-        tests_output, report_b64 = before, evidence.split("\n", 1)[0]
-    run = run.model_copy(update={"output": tests_output})
-    logs.write("test_output.txt", run.output)
+    _, found, tests_output = output.partition(plan.tests_line + "\n")
+    if not found:
+        raise SandboxError("the tests' start line is missing from the grading's output")
+    logs.write("test_output.txt", tests_output)
+    logs.write("root.json", answer.model_dump_json(indent=1, exclude={"events"}))
     result.test_exit_code = run.exit_code
+    finish = answer.finish or {}
     # the tests' own limit is kept in the container (the helper kills them and says so); the exec's, which
-    # also covers the set-up and the report, is the net for a sandbox without a test user
-    if run.timed_out or (plan.audited and timed_out_verdict(tests_output)):
+    # also covers the set-up and root's answer, is the net for a sandbox without a test user
+    if run.timed_out or finish.get("timed_out") is True:
         result.failure_class = FailureClass.TIMEOUT
         result.reason = f"tests did not finish within {config.test_timeout_s:.0f}s; every process they started was killed"
         return result
-    script = plan.script
-    if plan.audited:
-        try:
-            planted = audit_verdict(tests_output)
-        except MalformedReport as e:
-            raise SandboxError(str(e)) from None  # root's own step: the tests cannot stop it
-        if planted:
-            result.failure_class, result.log_valid = FailureClass.TAMPERED, False
-            result.reason = ("the tests created files that change how tests are collected or how Python starts: "
-                             + "; ".join(f"{p} ({r})" for p, r in list(planted.items())[:5]))
-            return result
-    report = None
-    if script.runs_pytest:
-        try:
-            report = report_from_b64(report_b64) if report_b64.strip() else _read_report(sandbox, plan.events_path)
-        except MalformedReport as e:
-            result.failure_class, result.log_valid = FailureClass.TAMPERED, False
-            result.reason = f"pytest's evidence holds something the plugin never sends: {e}"
-            return result
+    try:
+        tampering = _root_findings(plan, answer, finish)
+        report = None
+        if plan.script.runs_pytest:
+            report = (report_from_b64(answer.events) if answer.events is not None
+                      else _read_report(sandbox, plan.events_path) if answer.events_size >= 0 else None)
+        if plan.tripwire and report is not None and answer.pre_tests is None:
+            raise SandboxError("pytest ran but root's step before the tests (plugins, tripwire) left no record")
+        if not tampering and plan.tripwire and answer.pre_tests.get("tripwire") and report is not None \
+                and tripwire_records(str(finish.get("tripwire", "")))[1] == 0:
+            tampering = "pytest ran in an interpreter that never started the tripwire root installed"
+    except MalformedReport as e:
+        tampering = f"pytest's evidence holds something the plugin never sends: {e}"
+    except (ValueError, TypeError, KeyError, AttributeError) as e:  # anything odd in what the tests left is theirs
+        tampering = f"the evidence the tests left does not read ({type(e).__name__})"
+    if tampering:
+        result.failure_class, result.log_valid, result.reason = FailureClass.TAMPERED, False, tampering
+        return result
     logs.write("report.json", json.dumps(report, indent=1))
     if report and report.get("collect_errors"):
         # a test command run with --tb=no prints no traceback: the kept log gets pytest's own
-        logs.write("test_output.txt", run.output + _collection_tracebacks(report["collect_errors"]))
+        logs.write("test_output.txt", tests_output + _collection_tracebacks(report["collect_errors"]))
+    script = plan.script
     if script.exit_code_is_tests:
         exit_code = run.exit_code
     else:  # the published script ends with a `git checkout`: pytest's own status is the tests'
         exit_code = report["exitstatus"] if report else None  # an int: report_from_events made sure
-    verdict = judge(task, run.output, report, exit_code, script.runs_pytest, truncated=run.truncated, parser=plan.parser)
+    canaries = (answer.canaries or {}).get("built") or [] if plan.canaries else []
+    verdict = judge(task, tests_output, report, exit_code, script.runs_pytest, truncated=run.truncated,
+                    parser=plan.parser, canaries=canaries)
     result.tests, result.log_valid, result.swebench_resolved = verdict.tests, verdict.log_valid, verdict.swebench_resolved
     result.resolved = bool(verdict.resolved and not plan.no_patch and result.tests)
     if verdict.tampered:
@@ -153,6 +144,45 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
         result.failure_class = FailureClass.NO_PATCH if plan.no_patch else FailureClass.TESTS_FAILED
     result.reason = verdict.reason if not result.reason else f"{result.reason}; {verdict.reason}"
     return result
+
+
+def _setup_failed(stage: str, answer: RootAnswer, exit_code: int | None, result: GradeResult) -> GradeResult:
+    """The verdict when a set-up step failed (no code under test ran): the patch's, the task's, or swerl's."""
+    tail = answer.setup_log[-800:]
+    if stage == "apply":
+        result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch does not apply: {tail}"
+        return result
+    if stage == "guard":
+        refused = (answer.guard or {}).get("refused")
+        if not refused:  # the guard itself failed: swerl's problem, not the patch's
+            raise SandboxError(f"the path guard failed (exit {exit_code}): {tail[-500:]}")
+        result.failure_class, result.log_valid = FailureClass.TAMPERED, False
+        result.reason = ("the patch changed protected paths that cannot be put back: "
+                         + "; ".join(f"{p}: {r}" for p, r in list(refused.items())[:5]))
+        return result
+    if stage == "test_patch":
+        result.failure_class = FailureClass.TASK_BROKEN
+        result.reason = f"the task's test patch does not apply to base_commit (task is broken): {tail[-500:]}"
+        return result
+    raise SandboxError(f"grading set-up failed at {stage} (exit {exit_code}): {tail[-500:]}")
+
+
+def _root_findings(plan: Plan, answer: RootAnswer, finish: dict) -> str:
+    """Why root's own findings make the run tampered ('' when they do not): files the tests planted, the
+    tripwire's records."""
+    if not plan.audited or not finish:
+        return ""
+    planted = finish.get("audit") or {}
+    if not isinstance(planted, dict):
+        raise TypeError("audit")
+    if planted:
+        return ("the tests created files that change how tests are collected or how Python starts: "
+                + "; ".join(f"{p} ({r})" for p, r in list(planted.items())[:5]))
+    records, _ = tripwire_records(str(finish.get("tripwire") or ""))
+    if records:
+        return ("the tripwire recorded what code under test may not do in a test run (the agent's code, "
+                "attributed by its frames): " + "; ".join(records[:5]))
+    return ""
 
 
 def _collection_tracebacks(errors: list) -> str:
@@ -198,6 +228,9 @@ def grade_prediction(task: Task, patch: str | None, image: str, config: GradingC
                 result = _infra(task, image, e)
             except (SandboxError, DockerException, OSError) as e:
                 result = _infra(task, image, e)
+            except Exception as e:  # a bug of swerl's costs this prediction an infra error, never the caller's run
+                result = _infra(task, image, e)
+                break
         if runner_failures >= 2 and (patch or "").strip():
             result = _blame(task, image, config, slots, result)
     result.model_name_or_path, result.attempts = model_name, attempts

@@ -71,9 +71,10 @@ def swebench_report(task: Task, status_map: Mapping[str, str]) -> tuple[dict, bo
 
 
 def judge(task: Task, log: str, report: dict | None, exit_code: int | None, is_pytest: bool, *,
-          truncated: bool = False, parser: LogParser | None = None) -> Judgement:
+          truncated: bool = False, parser: LogParser | None = None, canaries: list[dict] | None = None) -> Judgement:
     """Decide one run. ``exit_code`` is the test command's own status (None when unknown);
-    ``report`` is the swerl plugin's record of pytest's outcomes (None when absent)."""
+    ``report`` is the swerl plugin's record of pytest's outcomes (None when absent); ``canaries`` are the
+    copies root wrote into the test files (``swerl.grading.canaries``), each of which must have run."""
     parser = parser or get_log_parser(task.parser_name)
     status_map, found = swebench_status_map(task, log)
     groups = group_by_parser_form(_outcomes(report), parser) if is_pytest else {}
@@ -107,10 +108,10 @@ def judge(task: Task, log: str, report: dict | None, exit_code: int | None, is_p
                         "a harness failure marker, or an exit code that contradicts it)")
     if is_pytest:
         problems += _disagreements(verdict.tests, report, groups)
-        flipped = flipped_canaries(report)
-        if flipped:
+        broken = canary_problems(report, canaries or []) + repeated_runs(report, task)
+        if broken:
             verdict.tampered = True
-            problems = flipped + problems
+            problems = broken + problems
     if exit_code not in (None, 0) and not any(s in FAILING for s in status_map.values()):
         problems.append(f"test command exited {exit_code} while the log shows no failure")
     verdict.log_valid = not problems
@@ -176,25 +177,45 @@ def _disagreements(tests: dict[str, TestDetail], report: dict | None, groups: di
     return problems
 
 
-def flipped_canaries(report: dict | None) -> list[str]:
-    """Canaries whose known outcome did not happen: a must-fail copy that passed (or was skipped or
-    xfailed), a must-pass copy that did not pass. Canaries pytest never ran say nothing."""
-    canaries = report.get("canaries") if isinstance(report, dict) else None
-    if not isinstance(canaries, dict):
-        return []
+def canary_problems(report: dict | None, canaries: list[dict]) -> list[str]:
+    """What root asked for and the evidence lacks or contradicts: every canary root built must have run
+    (each of its parametrisations once), a must-fail copy failing and a must-pass copy passing. A copy that
+    never ran was removed (deselected, made uncollectable): the run is not the one root set up."""
     outcomes = _outcomes(report)
+    by_function: dict[str, list[str]] = {}
+    for nodeid, status in outcomes.items():
+        by_function.setdefault(nodeid.split("[", 1)[0], []).append(status)
     problems = []
-    for nodeid in canaries.get("must_fail") or []:
-        status = outcomes.get(str(nodeid))
-        if status is not None and status not in FAILING:
-            problems.append(f"canary {nodeid} (a copy of a FAIL_TO_PASS test that must fail) was recorded {status}: "
-                            "test outcomes were forced")
-    for nodeid in canaries.get("must_pass") or []:
-        status = outcomes.get(str(nodeid))
-        if status is not None and status != "PASSED":
-            problems.append(f"canary {nodeid} (an empty copy of a FAIL_TO_PASS test that must pass) was recorded "
-                            f"{status}: test outcomes were forced")
+    for entry in canaries:
+        for kind in ("must_fail", "must_pass"):
+            nodeid = str(entry.get(kind) or "")
+            statuses = by_function.get(nodeid)
+            if not statuses:
+                problems.append(f"canary {nodeid} (a copy of {entry.get('test')} root wrote into its file) never ran: "
+                                "tests were removed from the run")
+            elif kind == "must_fail" and any(s not in FAILING for s in statuses):
+                problems.append(f"canary {nodeid} (a copy of a FAIL_TO_PASS test that must fail) was recorded "
+                                f"{_best(statuses)}: test outcomes were forced or test bodies emptied")
+            elif kind == "must_pass" and any(s != "PASSED" for s in statuses):
+                problems.append(f"canary {nodeid} (an empty copy of a FAIL_TO_PASS test that must pass) was recorded "
+                                f"{_worst(statuses)}: test outcomes were forced")
     return problems
+
+
+def _best(statuses: list[str]) -> str:
+    return next((s for s in statuses if s not in FAILING), statuses[0])
+
+
+def repeated_runs(report: dict | None, task: Task) -> list[str]:
+    """Listed tests pytest ran more than once in one grading: the tests were run again (a re-executed
+    pytest) to replace a verdict. A second session alone is no sign (pytest's own tests run sessions inside
+    theirs)."""
+    runs = (report or {}).get("runs") if isinstance(report, dict) else None
+    if not isinstance(runs, dict):
+        return []
+    listed = {*task.FAIL_TO_PASS, *task.PASS_TO_PASS}
+    twice = sorted(n for n, count in runs.items() if isinstance(count, int) and count > 1 and n in listed)
+    return [f"test {n} ran {runs[n]} times in one grading: the tests were run again" for n in twice[:3]]
 
 
 def collection_evidence(report: dict | None, log: str) -> str:

@@ -153,4 +153,5 @@ def guard(root: str, before_file: str, base: str, test_patch_files, rules: dict)
             removed[path] = reason
         else:
             refused[path] = reason
-    return {"restored": restored, "removed": removed, "refused": refused}
+    kept = sorted(p for p in changed if p in now and p not in restored and p not in removed)
+    return {"restored": restored, "removed": removed, "refused": refused, "changed": kept}

@@ -5,6 +5,7 @@ between SWE-bench's markers as the test user, and pytest's evidence printed back
 from __future__ import annotations
 
 import json
+import secrets
 import shlex
 import uuid
 from dataclasses import dataclass
@@ -19,8 +20,9 @@ from swerl.grading.protected import filter_sections
 from swerl.grading.results import FailureClass, GradeResult
 from swerl.grading.sandbox_setup import IN_SANDBOX, STAGE
 from swerl.grading.tamper_flags import tamper_flags
-from swerl.grading.test_script import (AssetError, Isolation, TestScript, canary_targets, instrumentation, native_script,
-                                      published_script)
+from swerl.grading.test_script import (AssetError, Isolation, TestScript, instrumentation, native_script, pre_tests,
+                                      published_script, selects_within_files)
+from swerl.grading.test_user import FRAME_LINE
 
 if TYPE_CHECKING:
     from swerl.grading.grader import GradingConfig
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 WORK = "/tmp/swerl-grade"
 GUARD, TEST_USER = (f"{WORK}/{name}.py" for name in IN_SANDBOX)  # the set-up imports them by these names
 SETUP = f"{WORK}/swerl_setup.py"
+CANARIES, TRIPWIRE = f"{WORK}/swerl_canaries.py", f"{WORK}/swerl_tripwire.py"
 SETUP_FAILED = 97
 INLINE_REPORT_MAX = 1_000_000  # bytes of report printed with the test output (well inside the kept tail)
 
@@ -65,6 +68,14 @@ def test_user_source() -> bytes:
     return resources.files("swerl.grading").joinpath("test_user.py").read_bytes()
 
 
+def canaries_source() -> bytes:
+    return resources.files("swerl.grading").joinpath("canaries.py").read_bytes()
+
+
+def tripwire_source() -> bytes:
+    return resources.files("swerl.grading").joinpath("resources/swerl_tripwire.py").read_bytes()
+
+
 class Logs:
     """Where one grading's patch, script, logs and result are kept (nowhere when ``root`` is None)."""
 
@@ -85,12 +96,14 @@ class Plan:
     files: dict[str, tuple[bytes | str, int]]
     command: str
     tests_line: str
-    report_line: str
+    frame_prefix: str  # root's answer starts with it: FRAME_LINE and a secret only root can read in the sandbox
     events_path: str
     audited: bool
     script: TestScript
     parser: LogParser
     no_patch: bool
+    canaries: bool  # root writes canaries into the test files
+    tripwire: bool  # root installs the tripwire into the tests' interpreter
 
 
 def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult, logs: Logs) -> Plan | None:
@@ -146,41 +159,63 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
         setup.append(("test_patch", f"git apply --verbose {check} {WORK}/test.patch"))
 
     # the tests' user may create files in the repository but change none of root's; pytest's events
-    # reach a folder only root can open
-    isolation = Isolation(TEST_USER, f"{WORK}/evidence-{nonce}", f"/tmp/swerl-home-{nonce}",
-                          config.test_uid if config.test_user else None, config.test_timeout_s)
+    # reach a folder only root can open, and so does everything root finds
+    evidence = f"{WORK}/evidence-{nonce}"
+    test_user = config.test_uid if config.test_user else None
+    wire = f"{WORK}/wire-{nonce}" if test_user is not None else None
+    isolation = Isolation(TEST_USER, evidence, f"/tmp/swerl-home-{nonce}", test_user, config.test_timeout_s, wire)
     files[TEST_USER] = (test_user_source(), 0o644)
-    lockdown = {"root": config.sandbox.workdir, "uid": isolation.uid, "home": isolation.home, "evidence": isolation.evidence}
+    lockdown = {"root": config.sandbox.workdir, "uid": isolation.uid, "home": isolation.home, "evidence": evidence,
+                "wire": wire}
     setup.append(("lockdown", lockdown))
-    files.update({SETUP: (setup_source(), 0o644), GUARD: (guard_source(), 0o644)})
+    secret = secrets.token_hex(16)
+    files.update({SETUP: (setup_source(), 0o644), GUARD: (guard_source(), 0o644), TRIPWIRE: (tripwire_source(), 0o644),
+                  CANARIES: (canaries_source(), 0o644), f"{evidence}/secret": (secret, 0o600)})
     plugin_dir = f"{WORK}/plug-{nonce}"
-    # canary copies carry a random suffix: a payload cannot tell them from the real tests by name
-    exports = instrumentation(plugin_dir, f"swerl_report_{nonce}",
-                              canary_targets(task, uuid.uuid4().hex[:6]) if config.canaries else None)
+    exports = instrumentation(plugin_dir, f"swerl_report_{nonce}")
     workdir = config.sandbox.workdir
+    command_text = _test_command_text(task)
+    canaries = config.canaries and "pytest" in command_text and not selects_within_files(command_text)
+    canary_line = None
+    if canaries:
+        spec = {"workdir": workdir, "targets": list(task.FAIL_TO_PASS), "seed": secrets.randbits(32),
+                "out": f"{evidence}/canaries.json"}
+        canary_line = f'"$SWERL_PYTHON" -I -S {CANARIES} {shlex.quote(json.dumps(spec))} || true'
+    before = pre_tests(TRIPWIRE if wire else None, evidence, canary_line)
     try:
-        script = (published_script(task, exports, isolation, workdir) if task.eval_script
-                  else native_script(task, select_test_files(task), workdir, exports, isolation))
+        script = (published_script(task, exports, isolation, workdir, before) if task.eval_script
+                  else native_script(task, select_test_files(task), workdir, exports, isolation, before))
     except AssetError as e:
         result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
         return None
-    script_path, tests_line, report_line = f"{WORK}/eval-{nonce}.sh", f"{STAGE}tests-{nonce}", f"{STAGE}report-{nonce}"
+    script_path, tests_line = f"{WORK}/eval-{nonce}.sh", f"{STAGE}tests-{nonce}"
     files.update({f"{plugin_dir}/swerl_report_{nonce}.py": (plugin_source(), 0o644), script_path: (script.text, 0o755),
                   **{p: (d, 0o644) for p, d in script.files.items()}})
     logs.write("eval.sh", script.text)
     wd = shlex.quote(workdir)
-    events = f"{isolation.evidence}/events"
-    # set-up, tests and the report in one exec. The tests line (with this run's nonce) is printed only
-    # once the set-up succeeded, before any code under test runs, so what precedes it is swerl's own output
+    events = f"{evidence}/events"
+    setup_spec = {"workdir": workdir, "evidence": evidence, "steps": setup}
+    # set-up, tests and root's answer in one exec. The set-up's own output goes to root's folder; the tests
+    # line is printed once it succeeded, before any code under test runs. Root's answer comes last, once no
+    # process of the tests' is left, under a secret the tests never could read
     command = "\n".join([
-        f"( cd {wd} && \"$SWERL_PYTHON\" -I -S {SETUP} {shlex.quote(json.dumps({'workdir': workdir, 'steps': setup}))} ) "
-        f"|| exit {SETUP_FAILED}",
-        f"echo '{tests_line}'",
-        f"( cd {wd} && bash {script_path} ); swerl_rc=$?",
-        # by now no process of the tests' is left (the script killed them); the evidence comes back in
-        # the same answer unless it is large (then it is read as a file)
-        f"echo; echo '{report_line}'; [ \"$(stat -c %s {events} 2>/dev/null || echo 0)\" -lt {INLINE_REPORT_MAX} ] "
-        f"&& base64 -w0 {events}; echo",
+        f"( cd {wd} && \"$SWERL_PYTHON\" -I -S {SETUP} {shlex.quote(json.dumps(setup_spec))} ); swerl_setup=$?",
+        f"if [ $swerl_setup -eq 0 ]; then echo '{tests_line}'; ( cd {wd} && bash {script_path} ); swerl_rc=$?; "
+        f"else swerl_rc={SETUP_FAILED}; fi",
+        f"\"$SWERL_PYTHON\" -I -S {TEST_USER} frame {evidence} {INLINE_REPORT_MAX}",
         "exit $swerl_rc",
     ])
-    return Plan(files, command, tests_line, report_line, events, isolation.uid is not None, script, parser, no_patch)
+    return Plan(files, command, tests_line, f"{FRAME_LINE}{secret} ", events, isolation.uid is not None, script, parser,
+                no_patch, canaries, wire is not None)
+
+
+def _test_command_text(task: Task) -> str:
+    """The part of the task's script that runs the tests (what decides whether copies in a file run)."""
+    if task.eval_script:
+        from swerl.grading.judge import END_TEST_OUTPUT, START_TEST_OUTPUT
+
+        text = task.eval_script
+        if START_TEST_OUTPUT in text and END_TEST_OUTPUT in text:
+            return text.split(START_TEST_OUTPUT, 1)[1].split(END_TEST_OUTPUT, 1)[0]
+        return text
+    return task.install_config.test_cmd if task.install_config else ""

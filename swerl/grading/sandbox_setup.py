@@ -31,33 +31,66 @@ def _helpers():
     return path_rules, test_user
 
 
-def run_step(name: str, arg, workdir: str, path_rules, test_user) -> int:
-    """One step's exit status (0: done)."""
+def run_step(name: str, arg, workdir: str, path_rules, test_user, log, found: dict) -> int:
+    """One step's exit status (0: done); its output goes to ``log``, what root learns to ``found``."""
     if isinstance(arg, str):
-        return subprocess.run(["bash", "-c", arg], cwd=workdir, stdin=subprocess.DEVNULL).returncode
+        return subprocess.run(["bash", "-c", arg], cwd=workdir, stdin=subprocess.DEVNULL, stdout=log,
+                              stderr=subprocess.STDOUT).returncode
     if name == "snapshot":
         path_rules.snapshot(arg["root"], arg["before"])
         return 0
     if name == "guard":
         verdict = path_rules.guard(arg["root"], arg["before"], arg["base"], set(arg["test_patch_files"]), arg["rules"])
-        print(path_rules.GUARD_LINE + json.dumps(verdict, sort_keys=True), flush=True)
+        found["guard"] = verdict
         return 3 if verdict["refused"] else 0
     if name == "lockdown":
-        test_user.lockdown(arg["root"], arg["uid"], arg["home"], arg["evidence"])
+        test_user.lockdown(arg["root"], arg["uid"], arg["home"], arg["evidence"], arg.get("wire"),
+                           (found.get("guard") or {}).get("changed", []))
         return 0
-    print(f"unknown set-up step {name!r}", file=sys.stderr)
+    print(f"unknown set-up step {name!r}", file=log, flush=True)
     return 2
 
 
+def _bounded(verdict: dict, limit: int = 200) -> dict:
+    """The guard's verdict with at most ``limit`` paths a kind (a patch of 100,000 files makes no larger answer)."""
+    out = {}
+    for kind, paths in verdict.items():
+        items = list(paths.items() if isinstance(paths, dict) else enumerate(paths))
+        out[kind] = dict(items[:limit]) if isinstance(paths, dict) else list(paths)[:limit]
+        if len(items) > limit:
+            out[f"{kind}_count"] = len(items)
+    return out
+
+
 def main(argv: list[str]) -> int:
+    """The steps in order; their output and root's findings go to the evidence folder (root's alone), so a
+    patch that makes the set-up print a lot pushes nothing out of the graded log."""
     spec = json.loads(argv[1])
     path_rules, test_user = _helpers()
-    for name, arg in spec["steps"]:
-        print(STAGE + name, flush=True)  # before the step's own output, which another process may write
-        code = run_step(name, arg, spec["workdir"], path_rules, test_user)
-        if code:
-            return code
-    return 0
+    evidence = spec["evidence"]
+    os.makedirs(evidence, mode=0o700, exist_ok=True)
+    os.chmod(evidence, 0o700)
+    found: dict = {}
+    stage, code = "", 0
+    with open(os.path.join(evidence, "setup.log"), "ab") as log:
+        for name, arg in spec["steps"]:
+            stage = name
+            log.write(f"{STAGE}{name}\n".encode())
+            log.flush()
+            code = run_step(name, arg, spec["workdir"], path_rules, test_user, log, found)
+            log.flush()
+            if name == "apply" and code == 0:
+                with open(log.name, "rb") as f:
+                    f.seek(max(0, os.path.getsize(log.name) - 4096))
+                    found["via"] = "patch" if b"@@via patch" in f.read() else "git apply"
+            if code:
+                break
+    if "guard" in found:
+        with open(os.path.join(evidence, "guard.json"), "w") as f:
+            json.dump(_bounded(found["guard"]), f)
+    with open(os.path.join(evidence, "setup.json"), "w") as f:
+        json.dump({"stage": stage, "code": code, "via": found.get("via")}, f)
+    return code
 
 
 if __name__ == "__main__":

@@ -40,16 +40,6 @@ class TestScript:
     files: dict[str, bytes]  # written into the sandbox before it runs (image assets)
 
 
-def canary_targets(task: Task, suffix: str, limit: int = 10) -> str:
-    """The FAIL_TO_PASS tests' function names the report plugin copies as canaries, as its JSON setting."""
-    names = []
-    for test in task.FAIL_TO_PASS:
-        name = test.split("::")[-1].split("[", 1)[0]
-        if name.isidentifier() and name not in names:
-            names.append(name)
-    return json.dumps({"names": names[:limit], "suffix": suffix})
-
-
 @dataclass(frozen=True)
 class Isolation:
     """How the test command runs: as the unprivileged ``uid`` (None: as the sandbox's own user), with
@@ -61,6 +51,7 @@ class Isolation:
     home: str
     uid: int | None
     timeout_s: float | None = None  # the test command's own limit, kept by the helper (with a test user)
+    wire: str | None = None  # the tripwire's FIFO, read by the helper while the tests run
 
     def wrap(self, region: list[str], trace: bool, workdir: str) -> list[str]:
         """The test command's lines, replaced by one command that runs them as the test user; with a user,
@@ -68,8 +59,9 @@ class Isolation:
         ``workdir``, its line the last before their status."""
         body = "\n".join((["set -uxo pipefail"] if trace else []) + region)
         limit = f"--timeout-s {self.timeout_s:g} " if self.timeout_s is not None else ""
+        wire = f"--wire {shlex.quote(self.wire)} " if self.wire else ""
         run_as = (f'"$SWERL_PYTHON" -I -S {self.helper} run {shlex.quote(workdir)} {self.uid} {shlex.quote(self.home)} '
-                  f'{limit}-- ' if self.uid is not None else "")
+                  f'{limit}--evidence {shlex.quote(self.evidence)} {wire}-- ' if self.uid is not None else "")
         channel = f"{self.evidence}/channel"
         return [f"cat {channel} > {self.evidence}/events & swerl_collector=$!",
                 f"{run_as}bash -c {shlex.quote(body)} {REPORT_FD}>{channel}"]
@@ -80,11 +72,10 @@ class Isolation:
         return ["wait $swerl_collector"]
 
 
-def instrumentation(plugin_dir: str, plugin_module: str, canaries: str | None = None) -> list[str]:
+def instrumentation(plugin_dir: str, plugin_module: str) -> list[str]:
     return [
         "export PYTHONDONTWRITEBYTECODE=1 PYTHONNOUSERSITE=1",
         f"export SWERL_REPORT_FD={REPORT_FD}",
-        *([f"export SWERL_CANARY_TARGETS={shlex.quote(canaries)}"] if canaries else []),
         f"export PYTHONPATH={shlex.quote(plugin_dir)}${{PYTHONPATH:+:$PYTHONPATH}}",
         f'export PYTEST_ADDOPTS="-p {plugin_module} ${{PYTEST_ADDOPTS:-}}"',
     ]
@@ -119,22 +110,54 @@ for d in sys.path:
             elif section == "pytest11" and "=" in line and not line.startswith(("#", ";")):
                 names.add(line.split("=", 1)[0].strip())
 print(" ".join("-p " + n for n in sorted(names) if n and " " not in n))
+# then, as root, the tripwire (resources/swerl_tripwire.py) into this interpreter's site-packages: a module
+# and a .pth that imports it, so every interpreter of this environment starts with the hook in
+import json
+status = {"python": sys.version.split()[0], "tripwire": False}
+if sys.version_info >= (3, 8) and len(sys.argv) > 2:
+    try:
+        import shutil, sysconfig
+        site = sysconfig.get_paths()["purelib"]
+        shutil.copyfile(sys.argv[1], os.path.join(site, "swerl_tripwire.py"))
+        with open(os.path.join(site, "000-swerl-tripwire.pth"), "w") as f:
+            f.write("import sys, swerl_tripwire; sys.modules.pop('swerl_tripwire', None)\\n")
+        for name in ("swerl_tripwire.py", "000-swerl-tripwire.pth"):
+            os.chmod(os.path.join(site, name), 0o644)
+        status.update(tripwire=True, site=site)
+    except Exception as e:
+        status["error"] = repr(e)
+if len(sys.argv) > 2:
+    with open(sys.argv[2], "w") as f:
+        json.dump(status, f)
 """
-PLUGIN_HYGIENE = [
-    'swerl_py="$(command -v python || command -v python3)"',
-    f"swerl_plugins=\"$(\"$swerl_py\" -I -c {shlex.quote(_LIST_PLUGINS)} 2>/dev/null || true)\"",
-    'export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTEST_ADDOPTS="$swerl_plugins -p no:cacheprovider ${PYTEST_ADDOPTS:-}"',
-]
+
+
+def pre_tests(tripwire_src: str | None, evidence: str, canaries: str | None) -> list[str]:
+    """Root's lines just before the test command, once the environment is active and the test patch is in:
+    the canaries (``canaries``: the command that writes them), the pytest plugins the environment has
+    (named explicitly, autoload off), and the tripwire installed into the tests' interpreter."""
+    args = f"{shlex.quote(tripwire_src)} {shlex.quote(evidence + '/pre_tests.json')}" if tripwire_src else ""
+    return [
+        *([canaries] if canaries else []),
+        'swerl_py="$(command -v python || command -v python3)"',
+        f"swerl_plugins=\"$(\"$swerl_py\" -I -c {shlex.quote(_LIST_PLUGINS)} {args} 2>/dev/null || true)\"",
+        'export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTEST_ADDOPTS="$swerl_plugins -p no:cacheprovider ${PYTEST_ADDOPTS:-}"',
+    ]
+
+
+def selects_within_files(command: str) -> bool:
+    """Whether a test command picks tests inside files (node ids, -k): then copies added to a file would not run."""
+    return "::" in command or re.search(r"(^|\s)-k(\s|$|\S)", command) is not None
 
 
 def native_script(task: Task, test_files: list[str], workdir: str, exports: list[str],
-                  isolation: Isolation) -> TestScript:
+                  isolation: Isolation, before_tests: list[str]) -> TestScript:
     """``install_config``'s eval commands and test command, between swebench's markers."""
     cfg = task.install_config
     lines = [
         *exports,
         *cfg.eval_commands,
-        *PLUGIN_HYGIENE,
+        *before_tests,
         f"cd {shlex.quote(workdir)}",
         f"echo '{START_TEST_OUTPUT}'",
         *isolation.wrap([f"{cfg.test_cmd} {' '.join(shlex.quote(t) for t in test_files)}"], trace=False, workdir=workdir),
@@ -147,7 +170,8 @@ def native_script(task: Task, test_files: list[str], workdir: str, exports: list
     return TestScript("\n".join(lines) + "\n", "pytest" in cfg.test_cmd, True, {})
 
 
-def published_script(task: Task, exports: list[str], isolation: Isolation, workdir: str) -> TestScript:
+def published_script(task: Task, exports: list[str], isolation: Isolation, workdir: str,
+                     before_tests: list[str]) -> TestScript:
     """The record's ``eval_script`` as swebench runs it, with the exit-code line and image assets;
     its set-up and reset run as root, its test command as the test user."""
     from swebench.harness.constants import TEST_EXIT_CODE_VAR
@@ -163,7 +187,7 @@ def published_script(task: Task, exports: list[str], isolation: Isolation, workd
         printed = taken + 3  # the status, the end marker and the status line: then the tests are over
         body = [*body[:at + 1], *isolation.wrap(body[at + 1:taken], trace=True, workdir=workdir), *body[taken:printed],
                 *isolation.after(), *body[printed:]]
-    body = [*body[:at], *restore, *PLUGIN_HYGIENE, *body[at:]]
+    body = [*body[:at], *restore, *before_tests, *body[at:]]
     text = "\n".join(["#!/bin/bash", "set -uxo pipefail", *exports, *body]) + "\n"
     return TestScript(text, "pytest" in _test_region(body), False, files)
 

@@ -34,7 +34,7 @@ import sys
 # module for ``lockdown``, which needs none of them, and each costs start-up time in every grading
 
 NAME = "swerl-test"
-RUNNER = "/opt/swerl/swerl_exec.py"
+TRIPWIRE_CONFIG = "/tmp/swerl-grade/tripwire.conf"  # resources/swerl_tripwire.py reads it (CONFIG there)
 PR_SET_NO_NEW_PRIVS = 38
 AUDIT_LINE = "@@swerl-audit "
 TIMEOUT_LINE = "@@swerl-timed-out "
@@ -57,13 +57,25 @@ def _ensure_account(uid: int, home: str) -> None:
             f.write(line)
 
 
-def lockdown(root: str, uid: int | None, home: str, evidence: str) -> None:
-    """The evidence folder and its pipe; with a ``uid``, that user's account and the repository's folders."""
+def lockdown(root: str, uid: int | None, home: str, evidence: str, wire: str | None = None,
+             agent_files: list[str] = ()) -> None:
+    """The evidence folder and its pipe; with a ``uid``, that user's account, the repository's folders, and
+    the tripwire's FIFO (anyone may write it, only root reads it) and settings (its path, then the
+    absolute path of every file the patch changed or created)."""
     os.makedirs(evidence, mode=0o700, exist_ok=True)
     os.chmod(evidence, 0o700)
     os.mkfifo(os.path.join(evidence, "channel"), 0o600)
     if uid is None:
         return
+    if wire is not None:
+        folder = os.path.dirname(TRIPWIRE_CONFIG)
+        os.makedirs(folder, exist_ok=True)
+        os.chmod(folder, 0o755)
+        os.mkfifo(wire, 0o600)
+        os.chmod(wire, 0o622)
+        with open(TRIPWIRE_CONFIG, "w") as f:
+            f.write("\n".join([wire, *(os.path.join(root, p) for p in agent_files)]) + "\n")
+        os.chmod(TRIPWIRE_CONFIG, 0o644)
     _ensure_account(uid, home)
     os.makedirs(home, exist_ok=True)
     # the repository belongs to root: git would refuse it to another user without this
@@ -99,11 +111,51 @@ def _time_out(signum, frame):
     raise _TimedOut
 
 
-def run(root: str, uid: int, home: str, argv: list[str], timeout_s: float | None = None) -> int:
+class _Wire:
+    """Root's end of the tripwire's FIFO: opened read-write (so no writer ever blocks on a missing
+    reader, and no EOF ends the read early), read by a thread while the tests run, and ended by a
+    random line root writes once no process of the tests' is left."""
+
+    LIMIT = 1_000_000
+
+    def __init__(self, path: str | None):
+        import threading
+
+        self.data, self.fd = bytearray(), None
+        if path is None or not os.path.exists(path):
+            return
+        self.fd = os.open(path, os.O_RDWR)
+        self.end = ("\n@@end-" + os.urandom(16).hex() + "\n").encode()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        while True:
+            chunk = os.read(self.fd, 65536)
+            self.data += chunk
+            if self.end in self.data[-(len(chunk) + len(self.end)):]:
+                return
+            if len(self.data) > 2 * self.LIMIT:  # a flood: keep its start, which already says enough
+                del self.data[self.LIMIT:]
+
+    def close(self) -> str:
+        """Everything written before now (call once no writer is left)."""
+        if self.fd is None:
+            return ""
+        os.write(self.fd, self.end)
+        self.thread.join(timeout=30)
+        os.close(self.fd)
+        text = bytes(self.data).split(self.end, 1)[0]
+        return text[:self.LIMIT].decode("utf-8", "replace")
+
+
+def run(root: str, uid: int, home: str, argv: list[str], timeout_s: float | None = None,
+        evidence: str | None = None, wire: str | None = None) -> int:
     """Run ``argv`` as ``uid`` and wait for it, then ``finish``; its status as a shell gives it (128 + N for
     signal N). This process stays root's, out of the tests' reach. With ``timeout_s``: once that many
-    seconds have passed, every process of ``uid`` is killed (the command too) and ``TIMEOUT_LINE`` is
-    printed just after the audit's line, where no line of the tests' can come."""
+    seconds have passed, every process of ``uid`` is killed (the command too). What root found (the audit,
+    the timeout, the tripwire's records) goes to ``evidence``/finish.json, a folder only root opens."""
+    reader = _Wire(wire)
     pid = os.fork()
     if pid == 0:
         try:
@@ -130,10 +182,9 @@ def run(root: str, uid: int, home: str, argv: list[str], timeout_s: float | None
             status = os.waitpid(pid, 0)[1]
         except ChildProcessError:  # it ended as the limit struck, and was already reaped
             status = 9
-    finish(root, uid)
-    if timed_out:  # after the audit's line, where no process of the tests' is left to print
-        print(f"{TIMEOUT_LINE}{timeout_s:g}", flush=True)
-    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    finish(root, uid, home, evidence, {"timed_out": timed_out, "status": code}, reader)
+    return code
 
 
 def _kill(pid: int) -> None:
@@ -143,45 +194,66 @@ def _kill(pid: int) -> None:
         pass
 
 
-def finish(root: str, uid: int) -> None:
-    """Once the tests' command is over: no process of theirs is left, then the audit's line is printed."""
+def finish(root: str, uid: int, home: str, evidence: str | None, found: dict, reader: _Wire | None = None) -> None:
+    """Once the tests' command is over: no process of theirs is left, then what they left is audited and
+    root's findings written where only root can read them (printed when there is no such folder)."""
     import json
 
     killall(uid)
-    print(AUDIT_LINE + json.dumps(audit(root, uid), sort_keys=True), flush=True)
+    found = dict(found, audit=audit(root, uid, home), tripwire=reader.close() if reader else "")
+    if evidence is None:
+        print(AUDIT_LINE + json.dumps(found["audit"], sort_keys=True), flush=True)
+        return
+    with open(os.path.join(evidence, "finish.json"), "w") as f:
+        json.dump(found, f)
 
 
 def _live_processes(uid: int) -> list[int]:
-    """Processes of ``uid`` that are not yet zombies (a zombie is dead: it only waits for its parent)."""
+    """Processes of ``uid`` with a thread that is not a zombie: a process whose main thread has exited shows
+    as a zombie while its other threads still run, so every thread is looked at."""
     pids = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            owner = os.stat(f"/proc/{name}").st_uid
-            with open(f"/proc/{name}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
+            if os.stat(f"/proc/{name}").st_uid != uid:
+                continue
+            tasks = os.listdir(f"/proc/{name}/task")
+        except OSError:
             continue
-        if owner == uid and state not in (b"Z", b"X"):
-            pids.append(int(name))
+        for tid in tasks:
+            try:
+                with open(f"/proc/{name}/task/{tid}/stat", "rb") as f:
+                    state = f.read().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state not in (b"Z", b"X"):
+                pids.append(int(name))
+                break
     return pids
 
 
 def killall(uid: int) -> None:
-    """SIGKILL every live process of ``uid`` until none is left (root may signal any), with the runner's own loop."""
-    if _live_processes(uid):  # none alive (the usual end): only a process of theirs could start one, so no loop
-        _runner().kill_until_none(lambda: _live_processes(uid))
+    """Every process of ``uid`` SIGKILLed until none is left: ``kill(-1)`` from a process of that user reaches
+    all of them at once, whatever they are called, however they detached, zombie leaders with live threads
+    included; the kernel lets no fork slip through one such sweep. Repeated until /proc shows none alive."""
+    import time
 
-
-def _runner():
-    """swerl's in-container runner (``swerl.envs.docker_sandbox.RUNNER``), present in every grading sandbox."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("swerl_exec", RUNNER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    for _ in range(100):
+        if not _live_processes(uid):
+            return
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+                os.kill(-1, signal.SIGKILL)
+            except BaseException:
+                pass
+            os._exit(0)
+        os.waitpid(pid, 0)
+        time.sleep(0.01)
 
 
 def planted_reason(path: str) -> str | None:
@@ -203,34 +275,114 @@ def planted_reason(path: str) -> str | None:
     return None
 
 
-def audit(root: str, uid: int) -> dict[str, str]:
-    planted = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        if dirpath == root and ".git" in dirnames:
+STARTUP_GLOBS = ("*.pth", "sitecustomize*", "usercustomize*", "*.pyc", "*.pyo", "__pycache__", "*.egg-link",
+                 "*.dist-info", "*.egg-info")
+OUTSIDE = ("/tmp", "/var/tmp", "/dev/shm")  # with the test user's home: every place the tests can write outside the repository
+MAX_AUDITED = 200_000
+
+
+def outside_reason(path: str) -> str | None:
+    """Why a file the tests created outside the repository is evidence of tampering, or None: only what a
+    Python start-up reads (a path hook, a customize module, bytecode, packaging metadata); a conftest or a
+    test file in a temporary folder is what pytest's own tests make there."""
+    import fnmatch
+
+    for part in path.split("/"):
+        if any(fnmatch.fnmatch(part, g) for g in STARTUP_GLOBS):
+            return "a start-up hook, bytecode or packaging metadata outside the repository"
+    return None
+
+
+def _owned(top: str, uid: int, skip: str | None = None):
+    """(path relative to ``top``, is_dir) of every entry below ``top`` that ``uid`` owns, links not followed."""
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(top):
+        if dirpath == top and ".git" in dirnames and skip is None:
             dirnames.remove(".git")
+        if skip is not None:
+            dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) != skip]
         for name in dirnames + filenames:
+            seen += 1
+            if seen > MAX_AUDITED:
+                yield "", False  # more than an audit reads: only the tests could have made so many
+                return
             full = os.path.join(dirpath, name)
             try:
                 st = os.lstat(full)
             except OSError:
                 continue
-            if st.st_uid != uid:
-                continue
-            rel = os.path.relpath(full, root)
-            reason = planted_reason(rel)
-            if reason:
-                planted[rel] = reason
+            if st.st_uid == uid:
+                yield os.path.relpath(full, top), name in dirnames
         dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+
+
+def audit(root: str, uid: int, home: str | None = None, outside: tuple[str, ...] = OUTSIDE) -> dict[str, str]:
+    """What the tests created that changes how tests are collected or how an interpreter starts: in the
+    repository by ``planted_reason``, bytecode anywhere in it (the tests run with bytecode writing off);
+    in their home, /tmp, /var/tmp and /dev/shm by ``outside_reason``."""
+    planted = {}
+    for rel, _ in _owned(root, uid):
+        reason = planted_reason(rel) if rel else "more files than an audit reads"
+        if reason is None and rel.endswith((".pyc", ".pyo")):
+            reason = "bytecode the tests wrote (an import would load it in place of the source)"
+        if reason:
+            planted[rel] = reason
+    for top in ([home] if home else []) + list(outside):
+        if not os.path.isdir(top) or os.path.realpath(top) == os.path.realpath(root):
+            continue
+        for rel, _ in _owned(top, uid, skip=root):
+            reason = outside_reason(rel) if rel else "more files than an audit reads"
+            if reason:
+                planted[os.path.join(top, rel)] = reason
     return planted
+
+
+FRAME_LINE = "@@swerl-root "
+
+
+def frame(evidence: str, inline_max: int) -> str:
+    """Root's answer, one line: the secret the host gave (in a file only root reads), then base64 of JSON with
+    what the set-up, the canaries and the end of the tests left in ``evidence``, and pytest's events."""
+    import base64
+    import json
+
+    def read(name: str, limit: int = 4_000_000) -> bytes | None:
+        try:
+            with open(os.path.join(evidence, name), "rb") as f:
+                return f.read(limit)
+        except OSError:
+            return None
+
+    def loaded(name: str):
+        raw = read(name)
+        try:
+            return json.loads(raw) if raw is not None else None
+        except ValueError:
+            return None
+
+    size = os.path.getsize(os.path.join(evidence, "events")) if os.path.exists(os.path.join(evidence, "events")) else -1
+    log = read("setup.log") or b""
+    answer = {
+        "setup": loaded("setup.json"), "guard": loaded("guard.json"), "canaries": loaded("canaries.json"),
+        "pre_tests": loaded("pre_tests.json"), "finish": loaded("finish.json"),
+        "setup_log": log[-6000:].decode("utf-8", "replace"), "events_size": size,
+        "events": base64.b64encode(read("events") or b"").decode() if 0 <= size < inline_max else None,
+    }
+    secret = (read("secret") or b"").decode().strip()
+    return FRAME_LINE + secret + " " + base64.b64encode(json.dumps(answer).encode()).decode()
 
 
 def main(argv: list[str]) -> int:
     cmd = argv[1]
-    if cmd == "run":  # run ROOT UID HOME [--timeout-s S] -- CMD...
+    if cmd == "run":  # run ROOT UID HOME [--timeout-s S] [--evidence DIR] [--wire FIFO] -- CMD...
         sep = argv.index("--")
-        options = argv[5:sep]
-        timeout_s = float(options[options.index("--timeout-s") + 1]) if "--timeout-s" in options else None
-        return run(argv[2], int(argv[3]), argv[4], argv[sep + 1:], timeout_s)
+        options = dict(zip(argv[5:sep:2], argv[6:sep:2]))
+        timeout_s = float(options["--timeout-s"]) if "--timeout-s" in options else None
+        return run(argv[2], int(argv[3]), argv[4], argv[sep + 1:], timeout_s, options.get("--evidence"),
+                   options.get("--wire"))
+    if cmd == "frame":  # frame EVIDENCE INLINE_MAX
+        print("\n" + frame(argv[2], int(argv[3])), flush=True)
+        return 0
     if cmd == "lockdown":
         import json
 

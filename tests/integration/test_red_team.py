@@ -370,8 +370,8 @@ def test_the_tests_cannot_forge_evidence_out_of_their_process(attack, tasks, tmp
         "conftest_planted_then_pytest_rerun_keeping_the_pipe": FailureClass.TAMPERED,
         # so is a module at an import root that a re-run Python imports as it starts
         "startup_hook_planted_then_pytest_rerun": FailureClass.TAMPERED,
-        # the failures were in the pipe before the forgery: the log's late PASSED lines disagree with them
-        "passes_forged_into_the_pipe_and_the_log_at_exit": FailureClass.TESTS_FAILED,
+        # the forged events are not the plugin's (and the failures were in the pipe before them)
+        "passes_forged_into_the_pipe_and_the_log_at_exit": FailureClass.TAMPERED,
     }[attack]
     assert res.failure_class is expected, res.reason
     if attack.startswith("conftest"):
@@ -379,15 +379,18 @@ def test_the_tests_cannot_forge_evidence_out_of_their_process(attack, tasks, tmp
     if attack.startswith("startup_hook"):
         assert "apport_python_hook.py (a new module at an import root)" in res.reason
     if attack.startswith("passes_forged"):
-        assert "PASSED but pytest recorded FAILED" in res.reason
+        assert "pytest's evidence holds something the plugin never sends" in res.reason
 
 
 def test_the_tests_cannot_reach_the_runner(tasks, tmp_path):
     task, image = tasks["toolz"]
-    for payload in (RUNNER_KILLER, FORGE_THE_RUNNERS_ANSWER):
+    for payload, failure in ((RUNNER_KILLER, FailureClass.TESTS_FAILED), (FORGE_THE_RUNNERS_ANSWER, FailureClass.TAMPERED)):
         res = grade(task, image, appended(task, _gold_files(task)[0], payload), tmp_path)
-        # another user's process can neither be signalled nor written to: the tests just fail, once
-        assert (res.resolved, res.failure_class, res.attempts) == (False, FailureClass.TESTS_FAILED, 1), res.reason
+        # another user's process can neither be signalled nor written to: the tests just fail, once; trying to
+        # write through /proc/<pid>/fd is the tripwire's to record
+        assert (res.resolved, res.failure_class, res.attempts) == (False, failure, 1), res.reason
+        if failure is FailureClass.TAMPERED:
+            assert "open /proc/" in res.reason and "/fd/1" in res.reason
 
 
 def test_gold_resolves_with_tests_that_write_into_the_repository(tasks, tmp_path):

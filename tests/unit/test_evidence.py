@@ -1,5 +1,6 @@
 """pytest's account of a graded run, rebuilt from the plugin's event lines: lines only add evidence,
-so a test keeps the worst outcome it was ever given, and anything the plugin never sends is tampering."""
+so a test keeps the worst outcome it was ever given, each call phase counts as a run, and anything the
+plugin never sends is tampering (never an exception of another kind)."""
 
 from __future__ import annotations
 
@@ -14,22 +15,27 @@ def lines(*events: dict) -> bytes:
     return "".join(json.dumps(e) + "\n" for e in events).encode()
 
 
-def outcome(nodeid: str, status: str) -> dict:
-    return {"event": "test", "id": nodeid, "status": status}
+def outcome(nodeid: str, status: str, phase: str = "call") -> dict:
+    return {"event": "test", "id": nodeid, "status": status, "phase": phase}
 
 
 FINISH_OK = {"event": "finish", "exitstatus": 0}
 
 
 def test_events_become_the_report_the_judge_reads():
-    raw = lines(outcome("t.py::a", "PASSED"), {"event": "canary", "kind": "must_fail", "id": "t.py::a_x1"},
-                outcome("t.py::a_x1", "FAILED"), {"event": "collect_error", "nodeid": "u.py", "longrepr": "ImportError"},
-                FINISH_OK)
+    raw = lines(outcome("t.py::a", "PASSED"), outcome("t.py::a_x1", "FAILED"),
+                {"event": "collect_error", "nodeid": "u.py", "longrepr": "ImportError"}, FINISH_OK)
     assert report_from_events(raw) == {
         "complete": True, "exitstatus": 0, "tests": {"t.py::a": "PASSED", "t.py::a_x1": "FAILED"},
-        "canaries": {"must_fail": ["t.py::a_x1"], "must_pass": []},
+        "runs": {"t.py::a": 1, "t.py::a_x1": 1}, "sessions": 1,
         "collect_errors": [{"nodeid": "u.py", "longrepr": "ImportError"}],
     }
+
+
+def test_each_call_phase_counts_as_one_run_of_the_test():
+    raw = lines(outcome("t.py::a", "PASSED", "setup"), outcome("t.py::a", "PASSED"), outcome("t.py::a", "ERROR", "teardown"),
+                outcome("t.py::a", "PASSED"), FINISH_OK)
+    assert report_from_events(raw)["runs"] == {"t.py::a": 2}
 
 
 def test_a_pass_sent_after_a_failure_does_not_undo_it():
@@ -38,7 +44,7 @@ def test_a_pass_sent_after_a_failure_does_not_undo_it():
 
 
 def test_an_error_in_teardown_outranks_a_passing_call():
-    raw = lines(outcome("t.py::a", "PASSED"), outcome("t.py::a", "ERROR"), FINISH_OK)
+    raw = lines(outcome("t.py::a", "PASSED"), outcome("t.py::a", "ERROR", "teardown"), FINISH_OK)
     assert report_from_events(raw)["tests"] == {"t.py::a": "ERROR"}
 
 
@@ -58,11 +64,16 @@ def test_a_run_with_no_finish_is_incomplete_and_one_with_no_events_has_no_report
     (b"[1, 2, 3]\n", "event 1 is not one the plugin sends"),
     (lines(outcome("t.py::a", "PASSED"))[:-1], "cut off"),
     (b"{not json\n", "event 1 is not JSON"),
-    (lines(FINISH_OK, {"event": "test", "id": "t.py::a", "status": ["PASSED"]}), "event 2: 'status' is not a str"),
-    (lines({"event": "test", "id": "t.py::a", "status": "WON"}), "'WON' is not a pytest outcome"),
+    (lines(FINISH_OK, {"event": "test", "id": "t.py::a", "status": ["PASSED"], "phase": "call"}),
+     "event 2: 'status' is not a str"),
+    (lines({"event": "test", "id": "t.py::a", "status": "WON", "phase": "call"}), "'WON' in 'call' is not a pytest outcome"),
+    (lines({"event": "test", "id": "t.py::a", "status": "PASSED", "phase": "rerun"}), "is not a pytest outcome"),
+    (lines({"event": ["test"], "id": "t.py::a", "status": "PASSED", "phase": "call"}), "event 1 is not one the plugin sends"),
+    (lines({"event": {"test": 1}}), "event 1 is not one the plugin sends"),
+    (lines({"event": "test", "id": "t.py::a", "status": "PASSED"}), "event 1 is not one the plugin sends"),
     (lines({"event": "finish", "exitstatus": True}), "'exitstatus' is not a int"),
     (lines({"event": "finish", "exitstatus": 0, "tests": {}}), "not one the plugin sends"),
-    (lines({"event": "canary", "kind": "must_win", "id": "x"}), "'must_win' is not a kind of canary"),
+    (lines({"event": "canary", "kind": "must_fail", "id": "x"}), "not one the plugin sends"),
     (lines({"event": "report", "tests": {"t.py::a": "PASSED"}}), "not one the plugin sends"),
 ])
 def test_anything_the_plugin_never_sends_is_malformed(raw, says):

@@ -1,9 +1,9 @@
-"""swerl's pytest plugin, run for real by pytest in a subprocess: its events down a pipe, its canaries for
-pytest functions and unittest methods, and what a pass-forcing hook does to them."""
+"""swerl's pytest plugin and root's canaries, run for real by pytest in a subprocess: the plugin's events down
+a pipe, the canaries written into the test file for pytest functions and unittest methods, and what a
+pass-forcing hook, a deselecting hook and emptied test bodies do to them."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,7 +12,8 @@ from importlib import resources
 from pathlib import Path
 
 from swerl.grading.evidence import report_from_events
-from swerl.grading.judge import flipped_canaries
+from swerl.grading.canaries import build
+from swerl.grading.judge import canary_problems
 from tests.support.payloads import FORCE_PASS
 
 TESTS = textwrap.dedent("""\
@@ -37,7 +38,7 @@ TESTS = textwrap.dedent("""\
 
 
 
-def run_plugin(project: Path, canaries: dict | None) -> dict:
+def run_plugin(project: Path) -> dict:
     plugin_dir = project.parent / "plugin"
     plugin_dir.mkdir(exist_ok=True)
     (plugin_dir / "swerl_report_t1.py").write_bytes(
@@ -46,8 +47,6 @@ def run_plugin(project: Path, canaries: dict | None) -> dict:
     env = {**os.environ, "PYTHONPATH": str(plugin_dir), "SWERL_REPORT_FD": str(write), "PYTHONDONTWRITEBYTECODE": "1",
            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     env.pop("PYTEST_ADDOPTS", None)
-    if canaries:
-        env["SWERL_CANARY_TARGETS"] = json.dumps(canaries)
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "swerl_report_t1", "-p", "no:cacheprovider", "-q",
                              str(project)], cwd=project, env=env, pass_fds=(write,), stdout=subprocess.DEVNULL)
     os.close(write)
@@ -65,33 +64,82 @@ def project_with(tmp_path: Path, **files: str) -> Path:
     return project
 
 
-def test_outcomes_and_a_clean_finish_come_down_the_pipe(tmp_path):
-    report = run_plugin(project_with(tmp_path, **{"test_mod.py": TESTS}), None)
+TARGETS = ["test_mod.py::TestUnit::test_a", "test_mod.py::test_b", "test_mod.py::test_c[1]"]
+
+
+def test_outcomes_runs_and_a_clean_finish_come_down_the_pipe(tmp_path):
+    report = run_plugin(project_with(tmp_path, **{"test_mod.py": TESTS}))
+    ids = ["test_mod.py::TestUnit::test_a", "test_mod.py::test_b", "test_mod.py::test_c[1]", "test_mod.py::test_c[2]",
+           "test_mod.py::test_c[3]"]
     assert report == {
-        "complete": True, "exitstatus": 1, "canaries": {"must_fail": [], "must_pass": []}, "collect_errors": [],
+        "complete": True, "exitstatus": 1, "collect_errors": [], "sessions": 1, "runs": dict.fromkeys(ids, 1),
         "tests": {"test_mod.py::TestUnit::test_a": "PASSED", "test_mod.py::test_b": "FAILED",
                   "test_mod.py::test_c[1]": "PASSED", "test_mod.py::test_c[2]": "PASSED", "test_mod.py::test_c[3]": "PASSED"},
     }
 
 
-def test_canaries_copy_pytest_functions_and_unittest_methods_named_like_them(tmp_path):
-    report = run_plugin(project_with(tmp_path, **{"test_mod.py": TESTS}),
-                        {"names": ["test_a", "test_b", "test_c"], "suffix": "abc123"})
-    assert report["canaries"] == {
-        "must_fail": ["test_mod.py::TestUnit::test_a_abc123", "test_mod.py::test_b_abc123",
-                      "test_mod.py::test_c_abc123[1]", "test_mod.py::test_c_abc123[2]"],
-        "must_pass": ["test_mod.py::TestUnit::test_a_321cba", "test_mod.py::test_b_321cba",
-                      "test_mod.py::test_c_321cba[1]", "test_mod.py::test_c_321cba[2]"],
-    }
-    tests = report["tests"]
-    assert {n: tests[n] for n in report["canaries"]["must_fail"]} == dict.fromkeys(report["canaries"]["must_fail"], "FAILED")
-    assert {n: tests[n] for n in report["canaries"]["must_pass"]} == dict.fromkeys(report["canaries"]["must_pass"], "PASSED")
-    assert flipped_canaries(report) == []
+def test_root_writes_canaries_beside_pytest_functions_and_unittest_methods(tmp_path):
+    project = project_with(tmp_path, **{"test_mod.py": TESTS})
+    built = build(str(project), TARGETS, seed=7)
+    assert built["not_built"] == {}
+    assert [b["test"] for b in built["built"]] == TARGETS
+    for entry in built["built"]:
+        scope = entry["test"].split("[")[0].rsplit("::", 1)[0]
+        name = entry["test"].split("[")[0].rsplit("::", 1)[1]
+        for kind in ("must_fail", "must_pass"):  # same file and class, the real name and a word
+            assert entry[kind].rsplit("::", 1)[0] == scope and entry[kind].rsplit("::", 1)[1].startswith(name + "_")
+    report = run_plugin(project)
+    must_fail = [b["must_fail"] for b in built["built"]]
+    fails = {n: s for n, s in report["tests"].items() if n.split("[")[0] in must_fail}
+    passes = {n: s for n, s in report["tests"].items() if n.split("[")[0] in [b["must_pass"] for b in built["built"]]}
+    assert len(fails) == len(passes) == 5 and set(fails.values()) == {"FAILED"} and set(passes.values()) == {"PASSED"}
+    assert canary_problems(report, built["built"]) == []
+    assert "__wrapped__" not in (project / "test_mod.py").read_text() and "SWERL" not in (project / "test_mod.py").read_text()
 
 
 def test_a_pass_forcing_hook_flips_the_must_fail_copies_of_both_kinds(tmp_path):
-    report = run_plugin(project_with(tmp_path, **{"test_mod.py": TESTS, "conftest.py": FORCE_PASS}),
-                        {"names": ["test_a", "test_b"], "suffix": "abc123"})
+    project = project_with(tmp_path, **{"test_mod.py": TESTS, "conftest.py": FORCE_PASS})
+    built = build(str(project), TARGETS[:2], seed=7)["built"]
+    report = run_plugin(project)
     assert report["tests"]["test_mod.py::test_b"] == "PASSED"  # the hook fooled pytest itself
-    assert [p.split(" ")[1] for p in flipped_canaries(report)] == ["test_mod.py::TestUnit::test_a_abc123",
-                                                                   "test_mod.py::test_b_abc123"]
+    assert [p.split(" ")[1] for p in canary_problems(report, built)] == [b["must_fail"] for b in built]
+
+
+# an autouse fixture that swaps every other test function's code for an empty one before it runs
+EMPTY_BODIES = textwrap.dedent("""\
+    import pytest
+
+
+    def _empty(*args, **kwargs):
+        return None
+
+
+    @pytest.fixture(autouse=True)
+    def _swap(request):
+        fn = getattr(request.function, "__func__", request.function)
+        fn.__code__ = _empty.__code__.replace(co_name=fn.__code__.co_name)
+    """)
+
+DESELECT_EXTRA_COPIES = textwrap.dedent("""\
+    def pytest_collection_modifyitems(items):
+        names = [i.originalname for i in items]
+        # drop any function whose name extends another's: what a payload guessing at copies would do
+        items[:] = [i for i in items if not any(i.originalname.startswith(n + "_") for n in names)]
+    """)
+
+
+def test_emptied_test_bodies_empty_the_must_fail_copies_too(tmp_path):
+    project = project_with(tmp_path, **{"test_mod.py": TESTS, "conftest.py": EMPTY_BODIES})
+    built = build(str(project), ["test_mod.py::test_b"], seed=7)["built"]
+    report = run_plugin(project)
+    assert report["tests"]["test_mod.py::test_b"] == "PASSED"  # the real test's body never ran
+    assert [p.split(" ")[1] for p in canary_problems(report, built)] == [built[0]["must_fail"]]
+
+
+def test_copies_removed_from_the_run_are_missing_evidence(tmp_path):
+    project = project_with(tmp_path, **{"test_mod.py": TESTS, "conftest.py": DESELECT_EXTRA_COPIES})
+    built = build(str(project), ["test_mod.py::test_b"], seed=7)["built"]
+    report = run_plugin(project)
+    problems = canary_problems(report, built)
+    assert [p.split(" ")[1] for p in problems] == [built[0]["must_fail"], built[0]["must_pass"]]
+    assert all("never ran" in p for p in problems)

@@ -1,8 +1,10 @@
-"""The test user's side of grading, outside a container: which files the tests may not plant, and the
-test command's wrapping (run as the user, events down fd 3 to a root-owned copy, nothing left after)."""
+"""The test user's side of grading, outside a container: which files the tests may not plant, the test
+command's wrapping (run as the user, events down fd 3 to a root-owned copy), nothing of theirs left after
+(zombie leaders with live threads included), and root's findings in a file only root reads."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from swerl.grading.evidence import audit_verdict, timed_out_verdict
 from swerl.grading.test_script import Isolation
 from swerl.grading.test_user import audit, planted_reason
 
@@ -35,9 +36,23 @@ def test_the_audit_lists_only_what_the_test_user_owns(tmp_path):
     (tmp_path / "pkg" / "conftest.py").write_text("")
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "conftest.py").write_text("")
-    assert audit(str(tmp_path), os.getuid()) == {"conftest.py": "configures the test runner",
-                                                  "pkg/conftest.py": "configures the test runner"}
-    assert audit(str(tmp_path), os.getuid() + 4242) == {}
+    assert audit(str(tmp_path), os.getuid(), outside=()) == {"conftest.py": "configures the test runner",
+                                                              "pkg/conftest.py": "configures the test runner"}
+    assert audit(str(tmp_path), os.getuid() + 4242, outside=()) == {}
+
+
+def test_the_audit_sees_bytecode_anywhere_and_start_up_files_outside_the_repository(tmp_path):
+    repo, home, scratch = tmp_path / "repo", tmp_path / "home", tmp_path / "tmp"
+    for folder in (repo / "pkg" / "__pycache__", home / "cache" / "x", scratch / "pytest-of-u" / "t0"):
+        folder.mkdir(parents=True)
+    (repo / "pkg" / "__pycache__" / "test_a.cpython-311.pyc").write_bytes(b"")  # a plain one, not pytest's
+    (home / "sitecustomize.py").write_text("")
+    (home / "cache" / "x" / "mod.cpython-311.pyc").write_bytes(b"")  # a PYTHONPYCACHEPREFIX tree
+    (scratch / "evil.pth").write_text("")
+    (scratch / "pytest-of-u" / "t0" / "conftest.py").write_text("")  # what pytest's own tests make: allowed
+    found = audit(str(repo), os.getuid(), str(home), outside=(str(scratch),))
+    assert sorted(found) == sorted(["pkg/__pycache__/test_a.cpython-311.pyc", f"{home}/cache/x/mod.cpython-311.pyc",
+                                    f"{home}/sitecustomize.py", f"{scratch}/evil.pth"])
 
 
 def test_the_test_command_runs_as_the_user_with_its_events_down_fd_3():
@@ -45,32 +60,26 @@ def test_the_test_command_runs_as_the_user_with_its_events_down_fd_3():
     # the helper runs the command as the user, then (as root) kills what is left of theirs and audits /testbed
     assert iso.wrap(["pytest -rA tests/test_a.py", "echo done"], trace=True, workdir="/testbed") == [
         "cat /tmp/g/ev-1/channel > /tmp/g/ev-1/events & swerl_collector=$!",
-        "\"$SWERL_PYTHON\" -I -S /tmp/g/u.py run /testbed 54321 /tmp/home-1 -- "
+        "\"$SWERL_PYTHON\" -I -S /tmp/g/u.py run /testbed 54321 /tmp/home-1 --evidence /tmp/g/ev-1 -- "
         "bash -c 'set -uxo pipefail\npytest -rA tests/test_a.py\necho done' 3>/tmp/g/ev-1/channel",
     ]
     assert iso.after() == ["wait $swerl_collector"]
 
 
 def test_the_test_command_s_time_limit_goes_to_the_helper():
-    iso = Isolation("/tmp/g/u.py", "/tmp/g/ev-1", "/tmp/home-1", 54321, timeout_s=15.0)
+    iso = Isolation("/tmp/g/u.py", "/tmp/g/ev-1", "/tmp/home-1", 54321, timeout_s=15.0, wire="/tmp/g/wire-1")
     assert iso.wrap(["pytest"], trace=False, workdir="/testbed")[1] == (
-        "\"$SWERL_PYTHON\" -I -S /tmp/g/u.py run /testbed 54321 /tmp/home-1 --timeout-s 15 -- bash -c pytest 3>/tmp/g/ev-1/channel")
+        "\"$SWERL_PYTHON\" -I -S /tmp/g/u.py run /testbed 54321 /tmp/home-1 --timeout-s 15 --evidence /tmp/g/ev-1 "
+        "--wire /tmp/g/wire-1 -- bash -c pytest 3>/tmp/g/ev-1/channel")
 
 
-HELPER = """
-import sys
-import swerl.grading.test_user as t
-t.RUNNER = sys.argv.pop(1)  # the runner's source: where a grading sandbox has it, /opt/swerl
-sys.exit(t.main(sys.argv))
-"""
-
-
-def helper_run(tmp_path, uid: int, timeout_s: str, command: str) -> subprocess.CompletedProcess:
-    from swerl.envs import docker_sandbox
-
-    runner = Path(docker_sandbox.__file__).parent / "resources" / "swerl_exec.py"
-    return subprocess.run([sys.executable, "-c", HELPER, str(runner), "run", str(tmp_path), str(uid), str(tmp_path / "home"),
-                           "--timeout-s", timeout_s, "--", "bash", "-c", command], capture_output=True, text=True, timeout=60)
+def helper_run(tmp_path, uid: int, timeout_s: str, command: str) -> tuple[subprocess.CompletedProcess, dict]:
+    evidence = tmp_path / "evidence"
+    evidence.mkdir(mode=0o700)
+    out = subprocess.run([sys.executable, "-m", "swerl.grading.test_user", "run", str(tmp_path), str(uid),
+                          str(tmp_path / "home"), "--timeout-s", timeout_s, "--evidence", str(evidence), "--", "bash", "-c",
+                          command], capture_output=True, text=True, timeout=60)
+    return out, json.loads((evidence / "finish.json").read_text())
 
 
 def processes_of(uid: int) -> list[int]:
@@ -80,30 +89,45 @@ def processes_of(uid: int) -> list[int]:
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="the helper drops to the test user only as root, as in a grading sandbox")
-def test_at_the_limit_the_helper_kills_every_process_of_the_user_and_says_so_after_the_audit(tmp_path):
+def test_at_the_limit_the_helper_kills_every_process_of_the_user_and_says_so_in_root_s_file(tmp_path):
     uid = 60000 + os.getpid() % 5000  # a user no other process of this machine runs as
-    out = helper_run(tmp_path, uid, "1.5", "setsid sleep 300 & sleep 300; echo never")
-    lines = out.stdout.splitlines()
-    assert (out.returncode, lines[-2:]) == (137, ['@@swerl-audit {}', "@@swerl-timed-out 1.5"])
+    out, found = helper_run(tmp_path, uid, "1.5", "setsid sleep 300 & sleep 300; echo never")
+    assert (out.returncode, found) == (137, {"timed_out": True, "status": 137, "audit": {}, "tripwire": ""})
     assert "never" not in out.stdout and processes_of(uid) == []  # the detached sleep too
-    assert timed_out_verdict(out.stdout) and audit_verdict(out.stdout) == {}
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="the helper drops to the test user only as root, as in a grading sandbox")
-def test_a_command_within_its_limit_ends_with_its_own_status_and_no_timeout_line(tmp_path):
+def test_lines_the_tests_print_are_not_root_s_findings(tmp_path):
     uid = 60000 + os.getpid() % 5000
-    out = helper_run(tmp_path, uid, "30", "echo '@@swerl-audit {}'; echo '@@swerl-timed-out 30'; exit 3")
-    assert (out.returncode, out.stdout.splitlines()[-1]) == (3, "@@swerl-audit {}")
-    assert not timed_out_verdict(out.stdout)  # a timeout line the tests print is not the helper's
+    out, found = helper_run(tmp_path, uid, "30", "echo '@@swerl-audit {}'; echo '@@swerl-timed-out 30'; exit 3")
+    assert (out.returncode, found["timed_out"], found["status"]) == (3, False, 3)
 
 
-def test_only_the_line_just_after_the_audit_s_last_line_says_the_tests_timed_out():
-    audit = '@@swerl-audit {}'
-    assert timed_out_verdict(f"tests\n{audit}\n@@swerl-timed-out 15\n>>>>> Test Exit Code: 137\n")
-    assert not timed_out_verdict(f"@@swerl-timed-out 15\n{audit}\n")
-    # a forged audit line and timeout line, then root's own audit line
-    assert not timed_out_verdict(f"{audit}\n@@swerl-timed-out 15\n{audit}\n")
-    assert not timed_out_verdict("@@swerl-timed-out 15\n")  # no audit: a sandbox without a test user
+# the main thread exits (the process shows as a zombie) while a second thread lives on, then writes
+ZOMBIE_LEADER = ("import os, threading, time\n"
+                 "def later():\n"
+                 "    time.sleep(2)\n"
+                 "    open(os.environ['OUT'], 'w').write('survived')\n"
+                 "threading.Thread(target=later).start()\n"
+                 "import ctypes\n"
+                 "ctypes.CDLL(None).pthread_exit(None)\n")
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="the helper drops to the test user only as root, as in a grading sandbox")
+def test_a_zombie_leader_with_a_live_thread_is_killed_with_everything_else(tmp_path):
+    uid = 60000 + os.getpid() % 5000
+    out_file = tmp_path / "out" / "survived.txt"
+    out_file.parent.mkdir()
+    os.chmod(out_file.parent, 0o777)
+    script = tmp_path / "zombie.py"
+    script.write_text(ZOMBIE_LEADER)
+    command = f"OUT={out_file} {sys.executable} {script} & sleep 0.5; exit 0"
+    out, found = helper_run(tmp_path, uid, "30", command)
+    assert (out.returncode, found["status"]) == (0, 0)
+    import time
+
+    time.sleep(2.5)
+    assert not out_file.exists() and processes_of(uid) == []
 
 
 def test_without_a_test_user_the_events_still_go_down_the_pipe():
@@ -124,7 +148,7 @@ def test_a_published_script_runs_only_its_test_command_as_the_user():
                                 "problem_statement": "x", "FAIL_TO_PASS": ["tests/test_a.py::test_x"], "PASS_TO_PASS": [],
                                 "eval_script": eval_script, "image": "img"})
     iso = Isolation("/tmp/g/u.py", "/tmp/g/ev-1", "/tmp/home-1", 54321)
-    text = published_script(task, [], iso, "/testbed").text
+    text = published_script(task, [], iso, "/testbed", []).text
     wrapped = "\n".join(iso.wrap(["pytest -rA tests/test_a.py"], trace=True, workdir="/testbed"))
     tail = "\n".join([wrapped, "SWEBENCH_TEST_EXIT_CODE=$?", ": '>>>>> End Test Output'",
                       'echo ">>>>> Test Exit Code: $SWEBENCH_TEST_EXIT_CODE"', *iso.after(),
@@ -132,10 +156,3 @@ def test_a_published_script_runs_only_its_test_command_as_the_user():
     # the set-up (activation, checkout, test patch) and the reset run as root; only the test command as the user
     assert text.endswith(": '>>>>> Start Test Output'\n" + tail + "\n")
     assert text.count("pytest -rA") == 1 and text.index("git apply -v -") < text.index("Start Test Output")
-
-
-def test_the_helper_finds_swerls_runner_where_docker_sandboxes_put_it():
-    from swerl.envs.docker_sandbox import RUNNER
-    from swerl.grading import test_user
-
-    assert test_user.RUNNER == RUNNER  # killall runs the runner's own kill loop from there

@@ -1,0 +1,208 @@
+"""swerl's interpreter-level tripwire: a PEP 578 audit hook in every Python process of the test user.
+
+Standard library only. Root installs it before the tests (``test_script.TRIPWIRE_INSTALL``): this
+module and a ``000-swerl-tripwire.pth`` that imports it, both root's, in the site-packages of the
+interpreter the test command uses, so every interpreter of that environment started as the test
+user runs ``_install`` while ``site`` starts up, before any module of the repository can be
+imported. An audit hook cannot be removed, and nothing Python can reach refers to this one: the
+module is gone from ``sys.modules`` once the hook is in, the hook's state lives in its closure only,
+and the functions it calls were bound before any code under test existed.
+
+What it records: the operations code needs to tamper with a test run from inside the process
+(swap a function's code or a module's class, reach frames or every object, trace or profile,
+call into C with ctypes, make code that claims another file's name, start a program, read other
+processes' secrets through /proc, or change the variables that decide how the next interpreter
+starts), each attributed to the file whose code asked for it: the nearest frame that is neither
+the standard library nor code without a file of its own (``<string>``). An event is written down
+only when that file is the agent's (a file the patch changed or created, or a file the test user
+created), or when no frame owns the event at all (a thread started on a library function). The
+project's own unchanged code, pytest and the standard library doing the same things are not.
+
+Each record is one line down a FIFO only root reads (written with the descriptor and ``write``
+bound at start-up, checked to still be that FIFO): lines only accumulate, so code that runs after
+the event cannot take it back. If the record cannot be written, the process ends at once (exit 86):
+a tripwire that cannot report fails closed.
+"""
+
+
+CONFIG = "/tmp/swerl-grade/tripwire.conf"  # root's: the wire's path, then the agent's files, a line each
+
+
+def _install():
+    import os
+    import posix
+    import sys
+
+    if not hasattr(sys, "addaudithook") or posix.getuid() == 0:  # root's own helpers are not the tests
+        return
+    if getattr(sys, "_swerl_tripwire", False):  # the .pth seen twice (lib and lib64 naming one folder)
+        return
+    sys._swerl_tripwire = True
+    try:
+        with open(CONFIG, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except OSError:
+        return  # no grading is under way: this interpreter is not a graded test run's
+    wire, uid = lines[0], posix.getuid()
+    agent = frozenset(line for line in lines[1:] if line)
+    write, fstat, stat, getpid, exit_now = posix.write, posix.fstat, posix.stat, posix.getpid, os._exit
+    get_ident = __import__("_thread").get_ident
+    getframe = sys._getframe
+    stdlib = os.path.dirname(os.__file__) + "/"
+    try:
+        fd = posix.open(wire, posix.O_WRONLY | posix.O_NONBLOCK | getattr(posix, "O_CLOEXEC", 0))
+        os.set_blocking(fd, True)
+        wire_id = (fstat(fd).st_dev, fstat(fd).st_ino)
+        write(fd, f"{getpid()}\thello\t\t\n".encode())  # root counts the interpreters that started with the hook
+    except OSError:
+        exit_now(86)  # graded, yet the wire cannot be opened: the run cannot be trusted
+    busy = set()
+    owner_cache = {}
+    frame_reads = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"})
+    spawns = frozenset({"os.exec", "os.posix_spawn", "os.spawn", "os.system", "subprocess.Popen", "os.fork",
+                        "os.forkpty", "pty.spawn"})
+    frames = frozenset({"sys._getframe", "sys._getframemodulename"})
+    unowned_too = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
+                             "object.__setattr__", "object.__delattr__", "code.__new__", "open", "os.listdir",
+                             "os.scandir", "sys._setprofileallthreads", "sys._settraceallthreads"})
+    watched = spawns | frames | unowned_too | {"object.__getattr__", "sys.settrace", "sys.setprofile", "compile",
+                                                "marshal.loads", "marshal.load", "os.putenv", "os.unsetenv"}
+    env_vars = ("PYTHON", "LD_")
+    test_names = ("test", "setUp", "tearDown", "run", "debug", "_callTestMethod", "_callSetUp", "_callTearDown",
+                  "setup_method", "teardown_method", "setup_class", "teardown_class", "runtest", "__call__")
+    guarded_modules = ("_pytest", "pytest", "pluggy", "unittest", "swerl_", "builtins", "sys", "importlib")
+
+    def is_agent(path):
+        """A file of the agent's: changed or created by the patch, created by the tests, or not a file at all."""
+        known = owner_cache.get(path)
+        if known is None:
+            if path in agent:
+                known = True
+            else:
+                try:
+                    known = stat(path).st_uid == uid
+                except OSError:
+                    known = True  # code that names a file that does not exist is nobody's but the agent's
+            owner_cache[path] = known
+        return known
+
+    def transparent(path):
+        return path.startswith("<") or (path.startswith(stdlib) and "-packages/" not in path)
+
+    def owner(frame):
+        """The file of the nearest frame that is neither the standard library nor file-less code, or None."""
+        while frame is not None:
+            code = frame.f_code
+            path = code.co_filename
+            if not transparent(path):
+                return path
+            if code.co_name == "<module>" and not path.startswith("<"):
+                return ""  # a standard-library module running its own top level (imported): its own doing
+            frame = frame.f_back
+        return None
+
+    def record(event, where, detail):
+        line = f"{getpid()}\t{event}\t{where}\t{detail}".replace("\n", " ")[:3000] + "\n"
+        try:
+            if (fstat(fd).st_dev, fstat(fd).st_ino) != wire_id:
+                raise OSError("the tripwire's descriptor was replaced")
+            write(fd, line.encode("utf-8", "replace"))
+        except OSError:
+            exit_now(86)
+
+    def judge(event, args, frame):
+        """(flag, detail) for one watched event raised with ``frame`` the code that asked for it."""
+        immediate = frame.f_code.co_filename if frame is not None else "<none>"
+        if event == "object.__getattr__":
+            # reading a frame off a traceback or generator: only where the agent's own code reads it
+            name = args[1] if len(args) > 1 else ""
+            if name not in frame_reads or transparent(immediate):
+                return None
+            return f"read .{name}", False
+        if event in frames:
+            if immediate.startswith(stdlib) and not immediate.endswith("/inspect.py") or immediate.startswith("<frozen"):
+                return None  # logging, warnings, typing, collections ask for frames for their own reasons
+            return "frame", False
+        if event in ("object.__setattr__", "object.__delattr__"):
+            obj, name = args[0], args[1] if len(args) > 1 else ""
+            kind = type(obj).__name__
+            if kind in ("function", "code", "method") and name in ("__code__", "__defaults__", "__kwdefaults__"):
+                return f"{name} of {getattr(obj, '__qualname__', kind)} replaced", True
+            if name == "__class__" and kind == "module":
+                return f"class of module {getattr(obj, '__name__', '?')} replaced", True
+            if isinstance(obj, type) and isinstance(name, str):
+                module = str(getattr(obj, "__module__", ""))
+                if module.startswith(guarded_modules) or name.startswith(test_names):
+                    return f"{module}.{obj.__qualname__}.{name} replaced", True
+            return None
+        if event == "open":
+            path = args[0]
+            path = path.decode("utf-8", "replace") if isinstance(path, bytes) else path
+            if not isinstance(path, str) or not path.startswith("/proc/"):
+                return None
+            if path.endswith(("/environ", "/mem", "/maps", "/cmdline", "/auxv", "/syscall")) or "/fd/" in path:
+                return f"open {path}", True
+            return None
+        if event in ("os.listdir", "os.scandir"):
+            path = args[0]
+            path = path.decode("utf-8", "replace") if isinstance(path, bytes) else str(path)
+            return (f"list {path}", True) if path.startswith("/proc/") and path.rstrip("/").endswith("/fd") else None
+        if event in ("os.putenv", "os.unsetenv"):
+            key = args[0].decode("utf-8", "replace") if isinstance(args[0], bytes) else str(args[0])
+            return (f"{event} {key!r}", False) if key.startswith(env_vars) else None
+        if event == "compile":
+            # code that claims a real file other than its author's: only importlib may compile a file's source
+            name = args[1] if len(args) > 1 else ""
+            name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+            if name.startswith("<") or immediate.startswith("<frozen importlib"):
+                return None
+            return f"compile as {name}", False
+        if event in ("marshal.loads", "marshal.load"):
+            return None if immediate.startswith("<frozen importlib") else ("code from bytes", False)
+        if event == "code.__new__":  # importlib's own, as it loads bytecode, are not
+            return None if immediate.startswith("<frozen importlib") else ("code object built", True)
+        if event.startswith(("gc.", "sys._current_frames", "sys.set", "sys._set")):
+            return event, event.startswith(("gc.", "sys._current_frames", "sys._set"))
+        if event in spawns:
+            return f"started {str(args[0] if args else '')[:200]}", False
+        return None
+
+    def hook(event, args):
+        if event not in watched and not event.startswith("ctypes."):
+            return
+        me = get_ident()
+        if me in busy:
+            return
+        busy.add(me)
+        try:
+            try:
+                frame = getframe(1)
+            except ValueError:  # raised from C with no Python frame at all (interpreter shut-down)
+                frame = None
+            if event.startswith("ctypes."):
+                if event == "ctypes.dlopen" and frame is not None and transparent(frame.f_code.co_filename):
+                    return  # ctypes loading its own libraries, whoever imported it
+                verdict = ("ctypes", True)
+            else:
+                verdict = judge(event, args, frame)
+            if verdict is None:
+                return
+            detail, flag_unowned = verdict
+            where = owner(frame)
+            if where is None:
+                if flag_unowned:
+                    record(event, "<no owner>", detail)
+            elif where and is_agent(where):
+                record(event, where, detail)
+        except BaseException:  # never let a bug here change the tests' behaviour, but never stay silent
+            record("tripwire-error", "", event)
+        finally:
+            busy.discard(me)
+
+    sys.addaudithook(hook)
+
+
+try:
+    _install()
+finally:
+    del _install  # the .pth that imports this module then drops it from sys.modules
