@@ -93,7 +93,7 @@ def _event(line: str, number: int) -> dict:
 
 
 class RootAnswer(BaseModel):
-    """What root left in its folder, as its one framed line carried it (``test_user.frame``)."""
+    """What root left in its folder, as its one framed line carried it (``plan.root_answer_lines``)."""
 
     setup: dict | None = None  # {"stage", "code", "via"}: the set-up's last step and its status
     guard: dict | None = None  # the path guard's verdict (restored, removed, refused, changed), bounded
@@ -101,32 +101,36 @@ class RootAnswer(BaseModel):
     pre_tests: dict | None = None  # {"python", "tripwire", ...}: what root installed before the tests
     finish: dict | None = None  # {"timed_out", "status", "audit", "tripwire"} (test_user.finish)
     setup_log: str = ""
-    events_size: int = -1
-    events: str | None = None  # base64 of pytest's events when small enough to carry
+    events: bytes | None = None  # pytest's events when small enough to carry (else None: read the file)
+
+
+_MEMBERS = {"setup.json": "setup", "guard.json": "guard", "canaries.json": "canaries", "pre_tests.json": "pre_tests",
+            "finish.json": "finish"}
 
 
 def root_answer(output: str, prefix: str) -> tuple[RootAnswer | None, str]:
     """Root's answer from the command's output and the output before it; (None, output) when there is none.
     Only root could read the secret in ``prefix``, and it prints its answer once no process of the tests'
-    is left, so exactly one line can carry it."""
+    is left, so no other line can carry it. Root's own files: one that does not read is swerl's problem
+    (``ValueError``), never the tests'."""
+    import io
+    import tarfile
+
     at = output.rfind("\n" + prefix)
     if at < 0:
         return None, output
     line = output[at + 1:].split("\n", 1)[0][len(prefix):]
-    try:
-        answer = RootAnswer.model_validate_json(base64.b64decode(line.strip(), validate=True))
-    except ValueError as e:
-        raise MalformedReport(f"root's answer does not read: {e}") from None  # root's own line: swerl's problem
-    return answer, output[:at]
-
-
-def report_from_b64(b64: str) -> dict | None:
-    """pytest's report from the events root carried (base64 of the evidence file)."""
-    try:
-        raw = base64.b64decode(b64.strip(), validate=True)
-    except ValueError:
-        raise MalformedReport("not base64") from None
-    return report_from_events(raw)
+    fields: dict = {}
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(line.strip(), validate=True))) as tar:
+        for member in tar.getmembers():
+            data = tar.extractfile(member).read() if member.isfile() else b""
+            if member.name in _MEMBERS:
+                fields[_MEMBERS[member.name]] = json.loads(data)
+            elif member.name == "setup.tail":
+                fields["setup_log"] = data.decode("utf-8", "replace")
+            elif member.name == "events":
+                fields["events"] = data
+    return RootAnswer.model_validate(fields), output[:at]
 
 
 def tripwire_records(text: str) -> tuple[list[str], int]:

@@ -35,8 +35,7 @@ from swerl.data.task import Task
 from swerl.envs.docker_sandbox import DockerSandboxConfig, concurrency_slots
 from swerl.envs.factory import SandboxConfig, make_sandbox
 from swerl.envs.sandbox import RunnerFailed, Sandbox, SandboxError, run_alone
-from swerl.grading.evidence import (MalformedReport, RootAnswer, report_from_b64, report_from_events, root_answer,
-                                   tripwire_records)
+from swerl.grading.evidence import MalformedReport, RootAnswer, report_from_events, root_answer, tripwire_records
 from swerl.grading.judge import judge
 from swerl.grading.plan import Logs, Plan, make_plan
 from swerl.grading.protected import ProtectedPathsConfig
@@ -75,8 +74,8 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
     run = run_alone(sandbox, plan.command, timeout=config.test_timeout_s + SETUP_ALLOWANCE_S)
     try:
         answer, output = root_answer(run.output, plan.frame_prefix)
-    except MalformedReport as e:
-        raise SandboxError(str(e)) from None  # root's own line: the tests can neither write nor cut it
+    except (ValueError, OSError, EOFError) as e:  # tarfile's errors are OSError's and ValueError's kin
+        raise SandboxError(f"root's answer does not read: {e}") from None  # the tests can neither write nor cut it
     if answer is None:
         if run.timed_out:
             raise SandboxError("grading did not finish within the time allowed (root's answer never came)")
@@ -97,7 +96,7 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
     if not found:
         raise SandboxError("the tests' start line is missing from the grading's output")
     logs.write("test_output.txt", tests_output)
-    logs.write("root.json", answer.model_dump_json(indent=1, exclude={"events"}))
+    logs.write("root.json", answer.model_dump_json(indent=1, exclude={"events", "setup_log"}))
     result.test_exit_code = run.exit_code
     finish = answer.finish or {}
     # the tests' own limit is kept in the container (the helper kills them and says so); the exec's, which
@@ -110,8 +109,8 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
         tampering = _root_findings(plan, answer, finish)
         report = None
         if plan.script.runs_pytest:
-            report = (report_from_b64(answer.events) if answer.events is not None
-                      else _read_report(sandbox, plan.events_path) if answer.events_size >= 0 else None)
+            report = (report_from_events(answer.events) if answer.events is not None
+                      else _read_report(sandbox, plan.events_path))
         if plan.tripwire and report is not None and answer.pre_tests is None:
             raise SandboxError("pytest ran but root's step before the tests (plugins, tripwire) left no record")
         if not tampering and plan.tripwire and answer.pre_tests.get("tripwire") and report is not None \

@@ -176,12 +176,9 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
     workdir = config.sandbox.workdir
     command_text = _test_command_text(task)
     canaries = config.canaries and "pytest" in command_text and not selects_within_files(command_text)
-    canary_line = None
-    if canaries:
-        spec = {"workdir": workdir, "targets": list(task.FAIL_TO_PASS), "seed": secrets.randbits(32),
-                "out": f"{evidence}/canaries.json"}
-        canary_line = f'"$SWERL_PYTHON" -I -S {CANARIES} {shlex.quote(json.dumps(spec))} || true'
-    before = pre_tests(TRIPWIRE if wire else None, evidence, canary_line)
+    spec = ({"workdir": workdir, "targets": list(task.FAIL_TO_PASS), "seed": secrets.randbits(32),
+             "out": f"{evidence}/canaries.json"} if canaries else None)
+    before = pre_tests(TRIPWIRE if wire else None, evidence, CANARIES, spec)
     try:
         script = (published_script(task, exports, isolation, workdir, before) if task.eval_script
                   else native_script(task, select_test_files(task), workdir, exports, isolation, before))
@@ -202,11 +199,26 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
         f"( cd {wd} && \"$SWERL_PYTHON\" -I -S {SETUP} {shlex.quote(json.dumps(setup_spec))} ); swerl_setup=$?",
         f"if [ $swerl_setup -eq 0 ]; then echo '{tests_line}'; ( cd {wd} && bash {script_path} ); swerl_rc=$?; "
         f"else swerl_rc={SETUP_FAILED}; fi",
-        f"\"$SWERL_PYTHON\" -I -S {TEST_USER} frame {evidence} {INLINE_REPORT_MAX}",
+        *root_answer_lines(evidence),
         "exit $swerl_rc",
     ])
     return Plan(files, command, tests_line, f"{FRAME_LINE}{secret} ", events, isolation.uid is not None, script, parser,
                 no_patch, canaries, wire is not None)
+
+
+def root_answer_lines(evidence: str) -> list[str]:
+    """Root's answer, one line: FRAME_LINE, the secret (read from root's folder by root's shell), then base64 of
+    a tar of what root found: the set-up's, the canaries', the pre-test step's and the test user's records,
+    the set-up log's tail, and pytest's events unless they are too large to carry (then read as a file)."""
+    ev = shlex.quote(evidence)
+    return [
+        f"swerl_secret=$(cat {ev}/secret); tail -c 6000 {ev}/setup.log > {ev}/setup.tail 2>/dev/null",
+        f"if [ \"$(stat -c %s {ev}/events 2>/dev/null || echo {INLINE_REPORT_MAX})\" -ge {INLINE_REPORT_MAX} ]; then "
+        f"swerl_big=events; else swerl_big=; fi",
+        f"swerl_found=$(cd {ev} && ls setup.json guard.json canaries.json pre_tests.json finish.json setup.tail events "
+        "2>/dev/null | grep -vx \"${swerl_big:-none}\")",
+        f"printf '\\n%s%s ' '{FRAME_LINE}' \"$swerl_secret\"; tar -C {ev} -cf - $swerl_found | base64 -w0; echo",
+    ]
 
 
 def _test_command_text(task: Task) -> str:

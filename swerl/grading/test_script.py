@@ -110,15 +110,29 @@ for d in sys.path:
             elif section == "pytest11" and "=" in line and not line.startswith(("#", ";")):
                 names.add(line.split("=", 1)[0].strip())
 print(" ".join("-p " + n for n in sorted(names) if n and " " not in n))
-# then, as root, the tripwire (resources/swerl_tripwire.py) into this interpreter's site-packages: a module
-# and a .pth that imports it, so every interpreter of this environment starts with the hook in
+# then, as root: the canaries written into the test files (canaries.py, parsed by the tests' own Python), and
+# the tripwire (resources/swerl_tripwire.py) into this interpreter's site-packages: a module and a .pth that
+# imports it, so every interpreter of this environment starts with the hook in
 import json
+args = json.loads(sys.argv[2]) if sys.argv[1:2] == ["--swerl-pre-tests"] else {}
 status = {"python": sys.version.split()[0], "tripwire": False}
-if sys.version_info >= (3, 8) and len(sys.argv) > 2:
+if args.get("canaries"):
+    spec = args["canaries"]
+    if sys.version_info >= (3, 8):
+        import importlib.util
+        loader = importlib.util.spec_from_file_location("swerl_canaries", args["canaries_src"])
+        module = importlib.util.module_from_spec(loader)
+        loader.loader.exec_module(module)
+        built = module.build(spec["workdir"], spec["targets"], spec["seed"])
+    else:
+        built = {"built": [], "not_built": dict.fromkeys(spec["targets"], "Python before 3.8 has no end lines")}
+    with open(spec["out"], "w") as f:
+        json.dump(built, f)
+if sys.version_info >= (3, 8) and args.get("tripwire_src"):
     try:
         import shutil, sysconfig
         site = sysconfig.get_paths()["purelib"]
-        shutil.copyfile(sys.argv[1], os.path.join(site, "swerl_tripwire.py"))
+        shutil.copyfile(args["tripwire_src"], os.path.join(site, "swerl_tripwire.py"))
         with open(os.path.join(site, "000-swerl-tripwire.pth"), "w") as f:
             f.write("import sys, swerl_tripwire; sys.modules.pop('swerl_tripwire', None)\\n")
         for name in ("swerl_tripwire.py", "000-swerl-tripwire.pth"):
@@ -126,19 +140,19 @@ if sys.version_info >= (3, 8) and len(sys.argv) > 2:
         status.update(tripwire=True, site=site)
     except Exception as e:
         status["error"] = repr(e)
-if len(sys.argv) > 2:
-    with open(sys.argv[2], "w") as f:
+if args.get("out"):
+    with open(args["out"], "w") as f:
         json.dump(status, f)
 """
 
 
-def pre_tests(tripwire_src: str | None, evidence: str, canaries: str | None) -> list[str]:
-    """Root's lines just before the test command, once the environment is active and the test patch is in:
-    the canaries (``canaries``: the command that writes them), the pytest plugins the environment has
-    (named explicitly, autoload off), and the tripwire installed into the tests' interpreter."""
-    args = f"{shlex.quote(tripwire_src)} {shlex.quote(evidence + '/pre_tests.json')}" if tripwire_src else ""
+def pre_tests(tripwire_src: str | None, evidence: str, canaries_src: str, canaries: dict | None) -> list[str]:
+    """Root's lines just before the test command, once the environment is active and the test patch is in, in
+    one interpreter of the tests' environment: the pytest plugins it has (named explicitly, autoload off),
+    the canaries (``canaries``: canaries.build's arguments) and the tripwire installed into it."""
+    args = "--swerl-pre-tests " + shlex.quote(json.dumps({"tripwire_src": tripwire_src, "out": evidence + "/pre_tests.json",
+                                                           "canaries_src": canaries_src, "canaries": canaries}))
     return [
-        *([canaries] if canaries else []),
         'swerl_py="$(command -v python || command -v python3)"',
         f"swerl_plugins=\"$(\"$swerl_py\" -I -c {shlex.quote(_LIST_PLUGINS)} {args} 2>/dev/null || true)\"",
         'export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTEST_ADDOPTS="$swerl_plugins -p no:cacheprovider ${PYTEST_ADDOPTS:-}"',

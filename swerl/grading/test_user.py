@@ -337,39 +337,7 @@ def audit(root: str, uid: int, home: str | None = None, outside: tuple[str, ...]
     return planted
 
 
-FRAME_LINE = "@@swerl-root "
-
-
-def frame(evidence: str, inline_max: int) -> str:
-    """Root's answer, one line: the secret the host gave (in a file only root reads), then base64 of JSON with
-    what the set-up, the canaries and the end of the tests left in ``evidence``, and pytest's events."""
-    import base64
-    import json
-
-    def read(name: str, limit: int = 4_000_000) -> bytes | None:
-        try:
-            with open(os.path.join(evidence, name), "rb") as f:
-                return f.read(limit)
-        except OSError:
-            return None
-
-    def loaded(name: str):
-        raw = read(name)
-        try:
-            return json.loads(raw) if raw is not None else None
-        except ValueError:
-            return None
-
-    size = os.path.getsize(os.path.join(evidence, "events")) if os.path.exists(os.path.join(evidence, "events")) else -1
-    log = read("setup.log") or b""
-    answer = {
-        "setup": loaded("setup.json"), "guard": loaded("guard.json"), "canaries": loaded("canaries.json"),
-        "pre_tests": loaded("pre_tests.json"), "finish": loaded("finish.json"),
-        "setup_log": log[-6000:].decode("utf-8", "replace"), "events_size": size,
-        "events": base64.b64encode(read("events") or b"").decode() if 0 <= size < inline_max else None,
-    }
-    secret = (read("secret") or b"").decode().strip()
-    return FRAME_LINE + secret + " " + base64.b64encode(json.dumps(answer).encode()).decode()
+FRAME_LINE = "@@swerl-root "  # root's answer, printed by the grading command (plan.root_answer_lines)
 
 
 def main(argv: list[str]) -> int:
@@ -380,9 +348,6 @@ def main(argv: list[str]) -> int:
         timeout_s = float(options["--timeout-s"]) if "--timeout-s" in options else None
         return run(argv[2], int(argv[3]), argv[4], argv[sep + 1:], timeout_s, options.get("--evidence"),
                    options.get("--wire"))
-    if cmd == "frame":  # frame EVIDENCE INLINE_MAX
-        print("\n" + frame(argv[2], int(argv[3])), flush=True)
-        return 0
     if cmd == "lockdown":
         import json
 
