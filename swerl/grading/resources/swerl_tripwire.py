@@ -130,9 +130,11 @@ def _install():
                 return f"{name} of {getattr(obj, '__qualname__', kind)} replaced", True
             if name == "__class__" and kind == "module":
                 return f"class of module {getattr(obj, '__name__', '?')} replaced", True
+            # CPython audits a class's special attributes only (its bases, name, module), not a method put on it:
+            # a patched runner method is the canaries' to catch
             if isinstance(obj, type) and isinstance(name, str):
                 module = str(getattr(obj, "__module__", ""))
-                if module.startswith(guarded_modules) or name.startswith(test_names):
+                if module.startswith(guarded_modules) or name.startswith(test_names) or name == "__bases__":
                     return f"{module}.{obj.__qualname__}.{name} replaced", True
             return None
         if event == "open":

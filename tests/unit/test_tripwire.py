@@ -1,0 +1,150 @@
+"""The tripwire (grading/resources/swerl_tripwire.py) in a real interpreter run as an unprivileged user: what
+it records from the agent's files, what it leaves alone (the same operations from the project's own files,
+and what ordinary code does), and that code under test can neither see it nor silence it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the tripwire stays off for root: a test drops to another user")
+
+USER = 65534  # nobody
+PYTHON = next(p for p in ("/usr/bin/python3", sys.executable) if os.path.exists(p))
+
+
+@pytest.fixture
+def sandbox():
+    """A folder every user may read: the tripwire (its settings' path pointed here), its FIFO, and code files."""
+    folder = Path(tempfile.mkdtemp(prefix="swerl-tripwire-"))
+    os.chmod(folder, 0o755)
+    source = resources.files("swerl.grading").joinpath("resources/swerl_tripwire.py").read_text()
+    (folder / "swerl_tripwire.py").write_text(source.replace('"/tmp/swerl-grade/tripwire.conf"', repr(str(folder / "conf"))))
+    os.mkfifo(folder / "wire")
+    os.chmod(folder / "wire", 0o622)
+    yield folder
+    shutil.rmtree(folder)
+
+
+def run_as_user(folder: Path, code: str, agent_files: tuple[str, ...] = ("agent.py",)) -> list[str]:
+    """Run ``import agent`` (``code`` in agent.py) as the test user with the tripwire in; its records."""
+    (folder / "agent.py").write_text(textwrap.dedent(code))
+    (folder / "conf").write_text("\n".join([str(folder / "wire"), *(str(folder / f) for f in agent_files)]) + "\n")
+    reader = os.open(folder / "wire", os.O_RDWR | os.O_NONBLOCK)
+    try:
+        proc = subprocess.run([PYTHON, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import swerl_tripwire; "
+                               "sys.modules.pop('swerl_tripwire'); import agent", str(folder)],
+                              capture_output=True, text=True, timeout=60, cwd=folder,
+                              preexec_fn=lambda: (os.setgroups([]), os.setresgid(USER, USER, USER), os.setresuid(USER, USER, USER)))
+        data = b""
+        while True:
+            try:
+                chunk = os.read(reader, 65536)
+            except BlockingIOError:
+                break
+            data += chunk
+    finally:
+        os.close(reader)
+    assert proc.returncode in (0, 86), proc.stderr
+    lines = data.decode().splitlines()
+    assert lines and lines[0].split("\t")[1] == "hello", lines  # the interpreter started with the hook in
+    return [" ".join(line.split("\t")[1:]) for line in lines[1:]]
+
+
+TAMPERING = {
+    "code swapped": ("def t():\n    assert False\ndef e():\n    pass\nt.__code__ = e.__code__\n", "object.__setattr__"),
+    "module class swapped": ("import sys, types\nclass M(types.ModuleType):\n    pass\n"
+                             "sys.modules['json'] = __import__('json')\nsys.modules['json'].__class__ = M\n",
+                             "object.__setattr__"),
+    "frame by sys._getframe": ("import sys\nsys._getframe()\n", "sys._getframe"),
+    "frame by inspect": ("import inspect\ninspect.currentframe()\n", "sys._getframe"),
+    "frame off a traceback": ("try:\n    raise ValueError\nexcept ValueError as e:\n    e.__traceback__.tb_frame\n",
+                              "object.__getattr__"),
+    "frame in file-less code": ("exec(compile('import sys; sys._getframe()', '<string>', 'exec'))\n", "sys._getframe"),
+    "every object": ("import gc\ngc.get_objects()\n", "gc.get_objects"),
+    "every object, from a thread on a library function": (
+        "import gc, threading\nt = threading.Thread(target=gc.get_objects)\nt.start()\nt.join()\n", "gc.get_objects"),
+    "a trace function": ("import sys\nsys.settrace(None)\n", "sys.settrace"),
+    "a profile function": ("import sys\nsys.setprofile(None)\n", "sys.setprofile"),
+    "another process's environment": ("open('/proc/self/environ', 'rb').read()\n", "open"),
+    "the interpreter's home for the next start": ("import os\nos.environ['PYTHONHOME'] = '/tmp'\n", "os.putenv"),
+    "code claiming another file": ("compile('x = 1', '/usr/lib/python3/os.py', 'exec')\n", "compile"),
+    "a program started": ("import subprocess\nsubprocess.run(['true'])\n", "subprocess.Popen"),
+    "memory read through ctypes": ("import ctypes\nctypes.string_at(id(1), 8)\n", "ctypes.string_at"),
+    "a test class's bases swapped": ("import unittest\nclass A(unittest.TestCase):\n    pass\n"
+                                     "class B(unittest.TestCase):\n    def run(self, result=None):\n        pass\n"
+                                     "class T(A):\n    pass\nT.__bases__ = (B,)\n", "object.__setattr__"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TAMPERING))
+def test_tampering_from_the_agent_s_file_is_recorded(sandbox, name):
+    code, event = TAMPERING[name]
+    records = run_as_user(sandbox, code)
+    assert [r.split(" ")[0] for r in records] == [event], records
+    where = records[0].split(" ", 1)[1]
+    assert where.startswith(str(sandbox / "agent.py") if "thread" not in name else "<no owner>")
+
+
+@pytest.mark.parametrize("name", sorted(TAMPERING))
+def test_the_same_from_the_project_s_own_unchanged_file_is_not(sandbox, name):
+    assert run_as_user(sandbox, TAMPERING[name][0], agent_files=()) == [] or "thread" in name
+
+
+ORDINARY = textwrap.dedent("""\
+    import collections, dataclasses, inspect, json, logging, re, traceback, typing, warnings, os
+    import ctypes  # loads its own libraries
+    logging.getLogger("x").warning("logged with a stack %s", "lookup")
+    warnings.warn("deprecated", DeprecationWarning)
+    try:
+        raise KeyError("x")
+    except KeyError:
+        traceback.format_exc()
+        logging.getLogger("x").exception("with its traceback")
+    Point = collections.namedtuple("Point", "x y")
+    @dataclasses.dataclass
+    class D:
+        a: int = 1
+    inspect.signature(lambda a, b=2: None)
+    os.environ["MY_SETTING"] = "1"
+    exec("y = 1")
+    compile("z = 1", "<generated>", "exec")
+    json.loads(json.dumps({"a": [1, 2]}))
+    open(__file__).read()
+    """)
+
+
+def test_ordinary_code_in_the_agent_s_file_records_nothing(sandbox):
+    assert run_as_user(sandbox, ORDINARY) == []
+
+
+def test_code_under_test_neither_finds_the_hook_nor_silences_it(sandbox):
+    code = textwrap.dedent("""\
+        import os, sys
+        assert "swerl_tripwire" not in sys.modules
+        # close every descriptor the hook could hold, then tamper: the hook cannot record, so the process ends
+        for fd in range(3, 64):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        def t():
+            pass
+        t.__code__ = (lambda: None).__code__
+        print("survived")
+        """)
+    (sandbox / "agent.py").write_text(code)
+    records = run_as_user(sandbox, code)
+    assert records == []  # nothing could be written, and:
+    proc = subprocess.run([PYTHON, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import swerl_tripwire; import agent",
+                           str(sandbox)], capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: (os.setgroups([]), os.setresgid(USER, USER, USER), os.setresuid(USER, USER, USER)))
+    assert proc.returncode == 86 and "survived" not in proc.stdout  # a tripwire that cannot report fails closed
