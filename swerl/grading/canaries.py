@@ -24,12 +24,29 @@ from __future__ import annotations
 
 import ast
 import json
-import random
 import sys
 
 WORDS = ("again", "basic", "case", "check", "edge", "extra", "full", "more", "other", "plain", "regression", "second",
          "simple", "variant", "works", "values", "inputs", "result", "default", "cases")
-MAX_TARGETS = 10
+MAX_TARGETS = 3  # test functions copied: a must-fail copy runs every parametrisation of the body again
+
+
+class _Rng:
+    """A seeded xorshift choice (``random`` imports hashlib: a cost in every grading)."""
+
+    def __init__(self, seed: int):
+        self.state = (seed or 0x9E3779B9) & 0xFFFFFFFFFFFFFFFF
+
+    def below(self, n: int) -> int:
+        x = self.state
+        x ^= (x << 13) & 0xFFFFFFFFFFFFFFFF
+        x ^= x >> 7
+        x ^= (x << 17) & 0xFFFFFFFFFFFFFFFF
+        self.state = x
+        return x % n
+
+    def choice(self, seq):
+        return seq[self.below(len(seq))]
 
 
 def _split_id(test_id: str) -> tuple[str, list[str]] | None:
@@ -54,7 +71,7 @@ def _scope_of(tree: ast.Module, chain: list[str]) -> tuple[list[ast.stmt], ast.F
     return (body, funcs[-1]) if funcs else None  # the last definition is the one Python keeps
 
 
-def _new_name(name: str, taken: set[str], rng: random.Random) -> str:
+def _new_name(name: str, taken: set[str], rng: _Rng) -> str:
     """The real name with a word added where pytest's and unittest's name patterns still match."""
     for _ in range(100):
         word = rng.choice(WORDS)
@@ -100,22 +117,24 @@ def _copies(lines: list[str], fn: ast.FunctionDef, names: tuple[str, str]) -> tu
 
 def build(workdir: str, targets: list[str], seed: int) -> dict:
     """Write the canaries of ``targets`` (FAIL_TO_PASS ids) into their files under ``workdir``."""
-    rng = random.Random(seed)
+    rng = _Rng(seed)
     built, not_built = [], {}
     by_file: dict[str, list[tuple[str, list[str]]]] = {}
-    seen = set()
+    functions: dict[tuple, str] = {}
     for test_id in targets:
         split = _split_id(test_id)
         if split is None:
             not_built[test_id] = "the id names no test function of a Python file"
             continue
-        key = (split[0], tuple(split[1]))
-        if key in seen:
-            continue
-        seen.add(key)
-        if len(seen) > MAX_TARGETS:
-            break
-        by_file.setdefault(split[0], []).append((test_id, split[1]))
+        functions.setdefault((split[0], tuple(split[1])), test_id)
+    # MAX_TARGETS functions at random, those run once (no parametrisation) first: each is a whole copy's cost
+    keys = list(functions)
+    for i in range(len(keys) - 1, 0, -1):
+        j = rng.below(i + 1)
+        keys[i], keys[j] = keys[j], keys[i]
+    keys.sort(key=lambda k: "[" in functions[k])
+    for key in keys[:MAX_TARGETS]:
+        by_file.setdefault(key[0], []).append((functions[key], list(key[1])))
     for path, wanted in sorted(by_file.items()):
         full = f"{workdir.rstrip('/')}/{path}"
         try:

@@ -113,6 +113,8 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
                       else _read_report(sandbox, plan.events_path))
         if plan.tripwire and report is not None and answer.pre_tests is None:
             raise SandboxError("pytest ran but root's step before the tests (plugins, tripwire) left no record")
+        if plan.tripwire and answer.pre_tests and answer.pre_tests.get("error"):
+            raise SandboxError(f"root could not install the tripwire into the tests' interpreter: {answer.pre_tests['error']}")
         if not tampering and plan.tripwire and answer.pre_tests.get("tripwire") and report is not None \
                 and tripwire_records(str(finish.get("tripwire", "")))[1] == 0:
             tampering = "pytest ran in an interpreter that never started the tripwire root installed"

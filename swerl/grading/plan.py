@@ -190,7 +190,7 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
                   **{p: (d, 0o644) for p, d in script.files.items()}})
     logs.write("eval.sh", script.text)
     wd = shlex.quote(workdir)
-    events = f"{evidence}/events"
+    events = f"{evidence}/events.large"  # read as a file when too large to carry in root's answer
     setup_spec = {"workdir": workdir, "evidence": evidence, "steps": setup}
     # set-up, tests and root's answer in one exec. The set-up's own output goes to root's folder; the tests
     # line is printed once it succeeded, before any code under test runs. Root's answer comes last, once no
@@ -212,12 +212,11 @@ def root_answer_lines(evidence: str) -> list[str]:
     the set-up log's tail, and pytest's events unless they are too large to carry (then read as a file)."""
     ev = shlex.quote(evidence)
     return [
-        f"swerl_secret=$(cat {ev}/secret); tail -c 6000 {ev}/setup.log > {ev}/setup.tail 2>/dev/null",
-        f"if [ \"$(stat -c %s {ev}/events 2>/dev/null || echo {INLINE_REPORT_MAX})\" -ge {INLINE_REPORT_MAX} ]; then "
-        f"swerl_big=events; else swerl_big=; fi",
-        f"swerl_found=$(cd {ev} && ls setup.json guard.json canaries.json pre_tests.json finish.json setup.tail events "
-        "2>/dev/null | grep -vx \"${swerl_big:-none}\")",
-        f"printf '\\n%s%s ' '{FRAME_LINE}' \"$swerl_secret\"; tar -C {ev} -cf - $swerl_found | base64 -w0; echo",
+        f"cd {ev} && read -r swerl_secret < secret; tail -c 6000 setup.log > setup.tail 2>/dev/null; "
+        f"[ \"$(stat -c %s events 2>/dev/null || echo 0)\" -lt {INLINE_REPORT_MAX} ] || mv events events.large; "
+        "swerl_found=; for f in setup.json guard.json canaries.json pre_tests.json finish.json setup.tail events; do "
+        "[ -f \"$f\" ] && swerl_found=\"$swerl_found $f\"; done; "
+        f"printf '\\n%s%s ' '{FRAME_LINE}' \"$swerl_secret\"; tar -cf - $swerl_found | base64 -w0; echo",
     ]
 
 

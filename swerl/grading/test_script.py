@@ -130,8 +130,13 @@ if args.get("canaries"):
         json.dump(built, f)
 if sys.version_info >= (3, 8) and args.get("tripwire_src"):
     try:
-        import shutil, sysconfig
-        site = sysconfig.get_paths()["purelib"]
+        import shutil, site as _site
+        found = [d for d in getattr(_site, "getsitepackages", lambda: [])() if os.path.isdir(d)]
+        if found:
+            site = found[0]
+        else:  # an old virtualenv's site module has no getsitepackages
+            import sysconfig
+            site = sysconfig.get_paths()["purelib"]
         shutil.copyfile(args["tripwire_src"], os.path.join(site, "swerl_tripwire.py"))
         with open(os.path.join(site, "000-swerl-tripwire.pth"), "w") as f:
             f.write("import sys, swerl_tripwire; sys.modules.pop('swerl_tripwire', None)\\n")

@@ -173,12 +173,13 @@ def run(args):
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    timed_out = False
-    try:
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        code = None
+    # a thread blocked in waitpid, joined with a timeout: Popen.wait(timeout) polls, and its sleeps (up to
+    # 50 ms) were added to every command's end
+    waiter = threading.Thread(target=proc.wait, daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+    timed_out = waiter.is_alive()
+    code = None if timed_out else proc.returncode
     kill_tagged(tag, proc.pid)  # the command's session id is its pid
     if args.get("sweep"):
         sweep()

@@ -67,7 +67,7 @@ def _install():
                              "os.scandir", "sys._setprofileallthreads", "sys._settraceallthreads"})
     watched = spawns | frames | unowned_too | {"object.__getattr__", "sys.settrace", "sys.setprofile", "compile",
                                                 "marshal.loads", "marshal.load", "os.putenv", "os.unsetenv"}
-    env_vars = ("PYTHON", "LD_")
+    env_vars, env_bytes = ("PYTHON", "LD_"), (b"PYTHON", b"LD_")
     test_names = ("test", "setUp", "tearDown", "run", "debug", "_callTestMethod", "_callSetUp", "_callTearDown",
                   "setup_method", "teardown_method", "setup_class", "teardown_class", "runtest", "__call__")
     guarded_modules = ("_pytest", "pytest", "pluggy", "unittest", "swerl_", "builtins", "sys", "importlib")
@@ -172,6 +172,19 @@ def _install():
     def hook(event, args):
         if event not in watched and not event.startswith("ctypes."):
             return
+        # the frequent events, most of them harmless, turned away before any frame is looked at
+        if event == "object.__getattr__":
+            if len(args) < 2 or args[1] not in frame_reads:
+                return
+        elif event == "open" or event == "os.listdir" or event == "os.scandir":
+            path = args[0] if args else None
+            if not (isinstance(path, str) and path.startswith("/proc/")) and not (
+                    isinstance(path, bytes) and path.startswith(b"/proc/")):
+                return
+        elif event == "os.putenv" or event == "os.unsetenv":
+            key = args[0] if args else ""
+            if not (key.startswith(env_bytes) if isinstance(key, bytes) else str(key).startswith(env_vars)):
+                return
         me = get_ident()
         if me in busy:
             return
