@@ -62,6 +62,9 @@ class GradingConfig(BaseModel):
     test_user: bool = Field(True, description="Run the test command as an unprivileged user who cannot change the "
                             "repository's files, signal swerl's processes or reach pytest's evidence (off only to "
                             "test the other layers alone).")
+    tripwire: bool = Field(True, description="Install swerl's audit hook into the tests' interpreter (records, from the "
+                           "agent's files, the operations that tamper with a test run in-process; off only to test the "
+                           "other layers alone). Needs the test user.")
     test_uid: int = Field(54321, ge=1000, le=2**31 - 2, description="The unprivileged user's id in the sandbox.")
 
 
@@ -135,6 +138,7 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
     else:  # the published script ends with a `git checkout`: pytest's own status is the tests'
         exit_code = report["exitstatus"] if report else None  # an int: report_from_events made sure
     canaries = (answer.canaries or {}).get("built") or [] if plan.canaries else []
+    result.canaries_not_built = dict((answer.canaries or {}).get("not_built") or {}) if plan.canaries else {}
     verdict = judge(task, tests_output, report, exit_code, script.runs_pytest, truncated=run.truncated,
                     parser=plan.parser, canaries=canaries)
     result.tests, result.log_valid, result.swebench_resolved = verdict.tests, verdict.log_valid, verdict.swebench_resolved

@@ -162,7 +162,7 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
     # reach a folder only root can open, and so does everything root finds
     evidence = f"{WORK}/evidence-{nonce}"
     test_user = config.test_uid if config.test_user else None
-    wire = f"{WORK}/wire-{nonce}" if test_user is not None else None
+    wire = f"{WORK}/wire-{nonce}" if test_user is not None and config.tripwire else None
     isolation = Isolation(TEST_USER, evidence, f"/tmp/swerl-home-{nonce}", test_user, config.test_timeout_s, wire)
     files[TEST_USER] = (test_user_source(), 0o644)
     lockdown = {"root": config.sandbox.workdir, "uid": isolation.uid, "home": isolation.home, "evidence": evidence,

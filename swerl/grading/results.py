@@ -56,6 +56,9 @@ class GradeResult(BaseModel):
     dropped_files: dict[str, str] = Field(default_factory=dict, description="Diff sections not applied, with why.")
     tamper_flags: list[str] = Field(default_factory=list, description="Tamper signature classes in the lines the patch "
                                     "adds (swerl.grading.tamper_flags): evidence of probing, never a verdict.")
+    canaries_not_built: dict[str, str] = Field(default_factory=dict, description="FAIL_TO_PASS tests root could not "
+                                               "copy as canaries, with why (decided before any code under test ran; "
+                                               "their outcomes rest on the other layers).")
     applied_with: str | None = None
     test_exit_code: int | None = None
     log_valid: bool = True
