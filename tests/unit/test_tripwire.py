@@ -34,9 +34,12 @@ def sandbox():
     shutil.rmtree(folder)
 
 
-def run_as_user(folder: Path, code: str, agent_files: tuple[str, ...] = ("agent.py",)) -> list[str]:
-    """Run ``import agent`` (``code`` in agent.py) as the test user with the tripwire in; its records."""
+def run_as_user(folder: Path, code: str, agent_files: tuple[str, ...] = ("agent.py",), **modules: str) -> list[str]:
+    """Run ``import agent`` (``code`` in agent.py) as the test user with the tripwire in; its records.
+    ``modules``: other modules beside it, the project's own (root's, unchanged)."""
     (folder / "agent.py").write_text(textwrap.dedent(code))
+    for name, text in modules.items():
+        (folder / f"{name}.py").write_text(textwrap.dedent(text))
     (folder / "conf").write_text("\n".join([str(folder / "wire"), *(str(folder / f) for f in agent_files)]) + "\n")
     reader = os.open(folder / "wire", os.O_RDWR | os.O_NONBLOCK)
     try:
@@ -148,3 +151,16 @@ def test_code_under_test_neither_finds_the_hook_nor_silences_it(sandbox):
                            str(sandbox)], capture_output=True, text=True, timeout=60,
                           preexec_fn=lambda: (os.setgroups([]), os.setresgid(USER, USER, USER), os.setresuid(USER, USER, USER)))
     assert proc.returncode == 86 and "survived" not in proc.stdout  # a tripwire that cannot report fails closed
+
+
+def test_a_trusted_library_called_by_the_agent_is_no_trampoline(sandbox):
+    # the project's own helper (or pytest's) doing the tampering the agent's code asked for
+    helper = "import gc\n\ndef everything():\n    return gc.get_objects()\n\ndef swap(f, g):\n    f.__code__ = g.__code__\n"
+    records = run_as_user(sandbox, "import helper\nhelper.everything()\nhelper.swap(lambda: 1, lambda: 2)\n", helper=helper)
+    assert [r.split(" ")[0] for r in records] == ["gc.get_objects", "object.__setattr__"]
+    assert all(r.endswith("(through a library)") and str(sandbox / "agent.py") in r for r in records)
+
+
+def test_what_a_library_does_as_it_is_imported_is_its_own_doing(sandbox):
+    lib = "import gc\nOBJECTS = len(gc.get_objects())\n"
+    assert run_as_user(sandbox, "import lib\n", lib=lib) == []

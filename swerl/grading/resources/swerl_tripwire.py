@@ -62,6 +62,9 @@ def _install():
     spawns = frozenset({"os.exec", "os.posix_spawn", "os.spawn", "os.system", "subprocess.Popen", "os.fork",
                         "os.forkpty", "pty.spawn"})
     frames = frozenset({"sys._getframe", "sys._getframemodulename"})
+    # libraries read frames and compile code for their callers all the time (logging, pydantic, attrs, jinja):
+    # these count only where the agent's own code asks
+    near_only = frozenset({"object.__getattr__", "compile"})
     unowned_too = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
                              "object.__setattr__", "object.__delattr__", "code.__new__", "open", "os.listdir",
                              "os.scandir", "sys._setprofileallthreads", "sys._settraceallthreads"})
@@ -98,6 +101,19 @@ def _install():
                 return path
             if code.co_name == "<module>" and not path.startswith("<"):
                 return ""  # a standard-library module running its own top level (imported): its own doing
+            frame = frame.f_back
+        return None
+
+    def caller_in_agent(frame):
+        """The first file of the agent's up the stack, or None; a module running its own top level (being
+        imported) is where the search stops: what a library does as it is imported is its own doing."""
+        while frame is not None:
+            code = frame.f_code
+            path = code.co_filename
+            if not path.startswith("<") and is_agent(path):
+                return path
+            if code.co_name == "<module>" and not path.startswith("<"):
+                return None
             frame = frame.f_back
         return None
 
@@ -204,11 +220,17 @@ def _install():
                 return
             detail, flag_unowned = verdict
             where = owner(frame)
-            if where is None:
-                if flag_unowned:
-                    record(event, "<no owner>", detail)
-            elif where and is_agent(where):
+            if where and is_agent(where):
                 record(event, where, detail)
+            elif event not in frames and event not in near_only and "__defaults__" not in detail \
+                    and "__kwdefaults__" not in detail:
+                # what ordinary libraries do not do on a caller's behalf: the agent's code anywhere up the stack
+                # is the agent's doing (so a trusted library, pytest's own helpers included, is no trampoline)
+                up = caller_in_agent(frame)
+                if up:
+                    record(event, up, detail + " (through a library)")
+                elif where is None and flag_unowned:
+                    record(event, "<no owner>", detail)
         except BaseException:  # never let a bug here change the tests' behaviour, but never stay silent
             record("tripwire-error", "", event)
         finally:
