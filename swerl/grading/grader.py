@@ -36,7 +36,7 @@ from swerl.envs.docker_sandbox import DockerSandboxConfig, concurrency_slots
 from swerl.envs.factory import SandboxConfig, make_sandbox
 from swerl.envs.sandbox import RunnerFailed, Sandbox, SandboxError, run_alone
 from swerl.grading.evidence import MalformedReport, RootAnswer, report_from_events, root_answer, tripwire_records
-from swerl.grading.judge import judge
+from swerl.grading.judge import START_TEST_OUTPUT, judge
 from swerl.grading.plan import Logs, Plan, make_plan
 from swerl.grading.protected import ProtectedPathsConfig
 from swerl.grading.results import FailureClass, GradeResult
@@ -78,11 +78,15 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
     try:
         answer, output = root_answer(run.output, plan.frame_prefix)
     except (ValueError, OSError, EOFError) as e:  # tarfile's errors are OSError's and ValueError's kin
-        raise SandboxError(f"root's answer does not read: {e}") from None  # the tests can neither write nor cut it
+        # the tests can neither write nor cut root's line, but they can starve the disk it is written from
+        raise RunnerFailed(f"root's answer does not read: {e}") from None
+    started = ("\n" + plan.tests_line + "\n") in ("\n" + run.output)
     if answer is None:
         if run.timed_out:
             raise SandboxError("grading did not finish within the time allowed (root's answer never came)")
-        raise SandboxError(f"root's answer is missing from the grading's output (exit {run.exit_code}): {run.output[-500:]}")
+        # once the tests ran, only they could have starved root (its disk, its processes): blame decides
+        error = RunnerFailed if started else SandboxError
+        raise error(f"root's answer is missing from the grading's output (exit {run.exit_code}): {run.output[-500:]}")
     logs.write("setup.log", answer.setup_log)
     setup = answer.setup or {}
     if setup.get("code") != 0:
@@ -101,6 +105,9 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
     logs.write("test_output.txt", tests_output)
     logs.write("root.json", answer.model_dump_json(indent=1, exclude={"events", "setup_log"}))
     result.test_exit_code = run.exit_code
+    if plan.audited and answer.finish is None and START_TEST_OUTPUT in tests_output:
+        # the tests started and root's helper left no findings: they starved it (disk, processes), or swerl broke
+        raise RunnerFailed("root's helper left no record of the tests' end (audit, timeout, tripwire)")
     finish = answer.finish or {}
     # the tests' own limit is kept in the container (the helper kills them and says so); the exec's, which
     # also covers the set-up and root's answer, is the net for a sandbox without a test user

@@ -180,20 +180,27 @@ def _disagreements(tests: dict[str, TestDetail], report: dict | None, groups: di
 def canary_problems(report: dict | None, canaries: list[dict]) -> list[str]:
     """What root asked for and the evidence lacks or contradicts: every canary root built must have run
     (each of its parametrisations once), a must-fail copy failing and a must-pass copy passing. A copy that
-    never ran was removed (deselected, made uncollectable): the run is not the one root set up."""
+    never ran while the real test did was removed (deselected, made uncollectable): the run is not the one
+    root set up. A parametrisation the real test xfailed or skipped (its marks, not its body, decide) says
+    nothing."""
     outcomes = _outcomes(report)
-    by_function: dict[str, list[str]] = {}
+    by_function: dict[str, list[tuple[str, str]]] = {}
     for nodeid, status in outcomes.items():
-        by_function.setdefault(nodeid.split("[", 1)[0], []).append(status)
+        base, bracket, params = nodeid.partition("[")
+        by_function.setdefault(base, []).append((bracket + params, status))
     problems = []
     for entry in canaries:
+        original = str(entry.get("test") or "").split("[", 1)[0]
         for kind in ("must_fail", "must_pass"):
             nodeid = str(entry.get(kind) or "")
-            statuses = by_function.get(nodeid)
-            if not statuses:
-                problems.append(f"canary {nodeid} (a copy of {entry.get('test')} root wrote into its file) never ran: "
-                                "tests were removed from the run")
-            elif kind == "must_fail" and any(s not in FAILING for s in statuses):
+            runs = by_function.get(nodeid)
+            if not runs:
+                if original in by_function:  # the real test ran and its copy beside it did not: it was removed
+                    problems.append(f"canary {nodeid} (a copy of {entry.get('test')} root wrote into its file) never "
+                                    "ran: tests were removed from the run")
+                continue  # neither ran (the file does not import): the real test's absence fails the grading
+            statuses = [s for params, s in runs if outcomes.get(original + params) not in ("XFAIL", "SKIPPED")]
+            if kind == "must_fail" and any(s not in FAILING for s in statuses):
                 problems.append(f"canary {nodeid} (a copy of a FAIL_TO_PASS test that must fail) was recorded "
                                 f"{_best(statuses)}: test outcomes were forced or test bodies emptied")
             elif kind == "must_pass" and any(s != "PASSED" for s in statuses):

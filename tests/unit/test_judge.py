@@ -2,7 +2,7 @@
 
 from swerl.data.task import Task
 from swerl.grading.plan import select_test_files
-from swerl.grading.judge import judge
+from swerl.grading.judge import canary_problems, judge
 from swerl.grading.log_parsers import get_log_parser
 from swerl.grading.test_ids import group_by_parser_form, lookup, parser_form
 
@@ -207,6 +207,25 @@ def test_a_canary_root_built_that_never_ran_means_tests_were_removed():
         assert (v.resolved, v.tampered) == (False, True)
         assert v.reason.startswith(f"canary {CANARIES[missing][0]} (a copy of tests/test_a.py::test_fix root wrote "
                                    "into its file) never ran: tests were removed from the run")
+
+
+def test_a_parametrisation_the_real_test_xfailed_or_skipped_says_nothing_of_its_copies():
+    built = [{"test": "tests/test_a.py::test_fix[1]", "must_fail": "tests/test_a.py::test_fix_edge",
+              "must_pass": "tests/test_a.py::test_fix_more"}]
+    tests = {"tests/test_a.py::test_fix[1]": "PASSED", "tests/test_a.py::test_fix[2]": "XFAIL",
+             "tests/test_a.py::test_fix[3]": "SKIPPED",
+             "tests/test_a.py::test_fix_edge[1]": "FAILED", "tests/test_a.py::test_fix_edge[2]": "XFAIL",
+             "tests/test_a.py::test_fix_edge[3]": "SKIPPED",
+             "tests/test_a.py::test_fix_more[1]": "PASSED", "tests/test_a.py::test_fix_more[2]": "FAILED",
+             "tests/test_a.py::test_fix_more[3]": "SKIPPED"}
+    assert canary_problems({"tests": tests}, built) == []
+    tests["tests/test_a.py::test_fix_edge[1]"] = "PASSED"  # where the real test ran its body, the copy must fail
+    assert len(canary_problems({"tests": tests}, built)) == 1
+
+
+def test_copies_of_a_test_that_never_ran_either_say_nothing():
+    report = {**REPORT, "tests": {k: v for k, v in ALL_PASS.items() if k != "tests/test_a.py::test_fix"}}
+    assert canary_problems(report, BUILT) == []  # a file that does not import: the real test is missing too
 
 
 def test_a_listed_test_run_twice_means_the_tests_were_run_again():

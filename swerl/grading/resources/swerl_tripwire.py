@@ -66,6 +66,7 @@ def _install():
     # these count only where the agent's own code asks
     near_only = frozenset({"object.__getattr__", "compile"})
     unowned_too = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
+                             "cpython.PyInterpreterState_New",  # a subinterpreter starts without this hook
                              "object.__setattr__", "object.__delattr__", "code.__new__", "open", "os.listdir",
                              "os.scandir", "sys._setprofileallthreads", "sys._settraceallthreads"})
     watched = spawns | frames | unowned_too | {"object.__getattr__", "sys.settrace", "sys.setprofile", "compile",
@@ -179,6 +180,8 @@ def _install():
             return None if immediate.startswith("<frozen importlib") else ("code from bytes", False)
         if event == "code.__new__":  # importlib's own, as it loads bytecode, are not
             return None if immediate.startswith("<frozen importlib") else ("code object built", True)
+        if event == "cpython.PyInterpreterState_New":
+            return "a subinterpreter started (its code runs without the tripwire)", True
         if event.startswith(("gc.", "sys._current_frames", "sys.set", "sys._set")):
             return event, event.startswith(("gc.", "sys._current_frames", "sys._set"))
         if event in spawns:
