@@ -108,7 +108,8 @@ def judge(task: Task, log: str, report: dict | None, exit_code: int | None, is_p
                         "a harness failure marker, or an exit code that contradicts it)")
     if is_pytest:
         problems += _disagreements(verdict.tests, report, groups)
-        broken = canary_problems(report, canaries or []) + repeated_runs(report, task)
+        broken = (canary_problems(report, canaries or [], frozenset([*task.FAIL_TO_PASS, *task.PASS_TO_PASS]))
+                  + repeated_runs(report, task))
         if broken:
             verdict.tampered = True
             problems = broken + problems
@@ -177,12 +178,12 @@ def _disagreements(tests: dict[str, TestDetail], report: dict | None, groups: di
     return problems
 
 
-def canary_problems(report: dict | None, canaries: list[dict]) -> list[str]:
+def canary_problems(report: dict | None, canaries: list[dict], listed: frozenset[str] = frozenset()) -> list[str]:
     """What root asked for and the evidence lacks or contradicts: every canary root built must have run
     (each of its parametrisations once), a must-fail copy failing and a must-pass copy passing. A copy that
     never ran while the real test did was removed (deselected, made uncollectable): the run is not the one
-    root set up. A parametrisation the real test xfailed or skipped (its marks, not its body, decide) says
-    nothing."""
+    root set up. A parametrisation the real test xfailed or skipped says nothing (its marks, not its body,
+    decide), unless it is one of the task's ``listed`` tests (published ids may be cut at a space)."""
     outcomes = _outcomes(report)
     by_function: dict[str, list[tuple[str, str]]] = {}
     for nodeid, status in outcomes.items():
@@ -199,7 +200,8 @@ def canary_problems(report: dict | None, canaries: list[dict]) -> list[str]:
                     problems.append(f"canary {nodeid} (a copy of {entry.get('test')} root wrote into its file) never "
                                     "ran: tests were removed from the run")
                 continue  # neither ran (the file does not import): the real test's absence fails the grading
-            statuses = [s for params, s in runs if outcomes.get(original + params) not in ("XFAIL", "SKIPPED")]
+            statuses = [s for params, s in runs if outcomes.get(original + params) not in ("XFAIL", "SKIPPED")
+                        or _listed(original + params, listed)]
             if kind == "must_fail" and any(s not in FAILING for s in statuses):
                 problems.append(f"canary {nodeid} (a copy of a FAIL_TO_PASS test that must fail) was recorded "
                                 f"{_best(statuses)}: test outcomes were forced or test bodies emptied")
@@ -207,6 +209,10 @@ def canary_problems(report: dict | None, canaries: list[dict]) -> list[str]:
                 problems.append(f"canary {nodeid} (an empty copy of a FAIL_TO_PASS test that must pass) was recorded "
                                 f"{_worst(statuses)}: test outcomes were forced")
     return problems
+
+
+def _listed(nodeid: str, listed: frozenset[str]) -> bool:
+    return nodeid in listed or any("[" in name and nodeid.startswith(name) for name in listed)
 
 
 def _best(statuses: list[str]) -> str:

@@ -221,6 +221,11 @@ def test_a_parametrisation_the_real_test_xfailed_or_skipped_says_nothing_of_its_
     assert canary_problems({"tests": tests}, built) == []
     tests["tests/test_a.py::test_fix_edge[1]"] = "PASSED"  # where the real test ran its body, the copy must fail
     assert len(canary_problems({"tests": tests}, built)) == 1
+    tests["tests/test_a.py::test_fix_edge[1]"] = "FAILED"
+    # a listed test xfailed (by code under test that calls pytest.xfail) is no mark: its copy must still fail
+    listed = frozenset({"tests/test_a.py::test_fix[2]"})
+    assert [p.split(" ")[1] for p in canary_problems({"tests": tests}, built, listed)] == [
+        "tests/test_a.py::test_fix_edge", "tests/test_a.py::test_fix_more"]
 
 
 def test_copies_of_a_test_that_never_ran_either_say_nothing():
