@@ -121,17 +121,16 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
         if plan.script.runs_pytest:
             report = (report_from_events(answer.events) if answer.events is not None
                       else _read_report(sandbox, plan.events_path))
-        if plan.tripwire and report is not None and answer.pre_tests is None:
-            raise SandboxError("pytest ran but root's step before the tests (plugins, tripwire) left no record")
-        if plan.tripwire and answer.pre_tests and answer.pre_tests.get("error"):
-            raise SandboxError(f"root could not install the tripwire into the tests' interpreter: {answer.pre_tests['error']}")
-        if not tampering and plan.tripwire and answer.pre_tests.get("tripwire") and report is not None \
-                and tripwire_records(str(finish.get("tripwire", "")))[1] == 0:
-            tampering = "pytest ran in an interpreter that never started the tripwire root installed"
-    except MalformedReport as e:
+    except MalformedReport as e:  # whatever the events hold, reading them raises nothing else
         tampering = f"pytest's evidence holds something the plugin never sends: {e}"
-    except (ValueError, TypeError, KeyError, AttributeError) as e:  # anything odd in what the tests left is theirs
-        tampering = f"the evidence the tests left does not read ({type(e).__name__})"
+        report = None
+    if plan.tripwire and report is not None:
+        if answer.pre_tests is None:
+            raise SandboxError("pytest ran but root's step before the tests (plugins, tripwire) left no record")
+        if answer.pre_tests.get("error"):
+            raise SandboxError(f"root could not install the tripwire into the tests' interpreter: {answer.pre_tests['error']}")
+        if not tampering and answer.pre_tests.get("tripwire") and tripwire_records(str(finish.get("tripwire", "")))[1] == 0:
+            tampering = "pytest ran in an interpreter that never started the tripwire root installed"
     if tampering:
         result.failure_class, result.log_valid, result.reason = FailureClass.TAMPERED, False, tampering
         return result
@@ -184,9 +183,7 @@ def _root_findings(plan: Plan, answer: RootAnswer, finish: dict) -> str:
     tripwire's records."""
     if not plan.audited or not finish:
         return ""
-    planted = finish.get("audit") or {}
-    if not isinstance(planted, dict):
-        raise TypeError("audit")
+    planted = finish.get("audit") or {}  # root's own JSON: a dict of path -> reason
     if planted:
         return ("the tests created files that change how tests are collected or how Python starts: "
                 + "; ".join(f"{p} ({r})" for p, r in list(planted.items())[:5]))
