@@ -41,7 +41,6 @@ METADATA_SUFFIXES = (".egg-info", ".dist-info", ".egg-link", ".egg")
 STARTUP_MODULES = ("sitecustomize", "usercustomize")
 IMPORT_ROOTS = ("", "src")
 MODULE_SUFFIXES = (".py", ".pyc", ".so", ".pyd", ".pth")
-GUARD_LINE = "@@swerl-guard "  # the guard's verdict: one JSON line after it
 
 
 def safe_relative_path(path: str) -> bool:

@@ -9,19 +9,17 @@ Standard library only, on purpose: copied into every grading sandbox and run the
   file they did not create. Every file of the repository (the tests, the test patch's files,
   pytest's configuration, the agent's code) is root's, and so is ``.git``, the grading folder
   and the evidence channel.
-* ``run ROOT UID HOME [--timeout-s S] -- CMD...``: run CMD as UID, no supplementary groups,
-  ``no_new_privs`` set (a set-uid program cannot give root back), and wait for it, at most S
-  seconds (then every process of UID is killed and a timeout line printed, from root, after
-  the audit's); this process stays root's. A
-  process of another user cannot signal swerl's runner (or this one), write to its output
-  through ``/proc/<pid>/fd``, or read its evidence folder. Then ``finish``: SIGKILL every
-  process of UID until none is left, so no daemon the tests started writes after them (the
-  evidence is read only after this); then audit what the tests created in the repository that
-  changes how tests are collected or how the interpreter starts (``conftest.py``, pytest's
-  configuration, start-up hooks, packaging metadata, pytest's bytecode cache, a new module at
-  an import root), printed as one JSON line. A file the test user owns was written by the
-  tests, whatever its name says. It exits with CMD's status. One interpreter for both: it
-  runs in every grading.
+* ``run ROOT UID HOME [--timeout-s S] [--evidence DIR] [--wire FIFO] -- CMD...``: run CMD as UID,
+  no supplementary groups, ``no_new_privs`` set (a set-uid program cannot give root back), and
+  wait for it, at most S seconds (then every process of UID is killed); this process stays
+  root's. A process of another user cannot signal swerl's runner (or this one), write to its
+  output through ``/proc/<pid>/fd``, or read its evidence folder. Then ``finish``: every process
+  of UID killed until no thread of theirs is alive, so nothing the tests started writes after
+  them; then an audit of what they created that changes how tests are collected or how an
+  interpreter starts (in the repository, their home, ``/tmp``, ``/var/tmp``, ``/dev/shm``), and
+  the tripwire's records read from its FIFO, all written with the timeout to DIR/finish.json,
+  which only root opens (with no DIR, the audit's line is printed). A file the test user owns was written by the tests, whatever its name
+  says. It exits with CMD's status.
 """
 
 from __future__ import annotations
@@ -36,8 +34,7 @@ import sys
 NAME = "swerl-test"
 TRIPWIRE_CONFIG = "/tmp/swerl-grade/tripwire.conf"  # resources/swerl_tripwire.py reads it (CONFIG there)
 PR_SET_NO_NEW_PRIVS = 38
-AUDIT_LINE = "@@swerl-audit "
-TIMEOUT_LINE = "@@swerl-timed-out "
+AUDIT_LINE = "@@swerl-audit "  # finish's printed line, where run is given no evidence folder
 PLANTED_NAMES = ("conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg",
                  "pyproject.toml", "entry_points.txt")
 MODULE_SUFFIXES = (".py", ".pyc", ".so")
@@ -148,8 +145,8 @@ class _Wire:
         return bytes(data[:self.LIMIT]).decode("utf-8", "replace")
 
 
-def run(root: str, uid: int, home: str, argv: list[str], timeout_s: float | None = None,
-        evidence: str | None = None, wire: str | None = None) -> int:
+def run(root: str, uid: int, home: str, argv: list[str], evidence: str | None, timeout_s: float | None = None,
+        wire: str | None = None) -> int:
     """Run ``argv`` as ``uid`` and wait for it, then ``finish``; its status as a shell gives it (128 + N for
     signal N). This process stays root's, out of the tests' reach. With ``timeout_s``: once that many
     seconds have passed, every process of ``uid`` is killed (the command too). What root found (the audit,
@@ -195,7 +192,8 @@ def _kill(pid: int) -> None:
 
 def finish(root: str, uid: int, home: str, evidence: str | None, found: dict, reader: _Wire | None = None) -> None:
     """Once the tests' command is over: no process of theirs is left, then what they left is audited and
-    root's findings written where only root can read them (printed when there is no such folder)."""
+    root's findings written to ``evidence``/finish.json, where only root can read them (without a folder,
+    as a grading sandbox always has, the audit's line is printed)."""
     import json
 
     killall(uid)
@@ -364,7 +362,7 @@ def main(argv: list[str]) -> int:
         sep = argv.index("--")
         options = dict(zip(argv[5:sep:2], argv[6:sep:2]))
         timeout_s = float(options["--timeout-s"]) if "--timeout-s" in options else None
-        return run(argv[2], int(argv[3]), argv[4], argv[sep + 1:], timeout_s, options.get("--evidence"),
+        return run(argv[2], int(argv[3]), argv[4], argv[sep + 1:], options.get("--evidence"), timeout_s,
                    options.get("--wire"))
     if cmd == "lockdown":
         import json

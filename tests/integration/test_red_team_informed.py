@@ -61,7 +61,7 @@ def _zz_force_pass(real=lambda item: True):
 
 # an empty function that keeps the signature (pytest reads __signature__) and the marks of the real one
 BLANK = r'''
-import inspect as _zi
+import inspect as _zi, sys as _zs
 def _zz_blank(f):
     e = lambda *a, **k: None
     e.__dict__.update(f.__dict__)
@@ -70,6 +70,15 @@ def _zz_blank(f):
     return e
 def _zz_is_test_module(name):
     return str(name).rpartition('.')[2].startswith('test_')
+def _zz_test_module_spec(me, name, path, target):
+    # the spec the import system would use for a test module, from the finders after ``me``
+    if not _zz_is_test_module(name):
+        return None
+    for f in _zs.meta_path:
+        spec = f.find_spec(name, path, target) if f is not me and hasattr(f, 'find_spec') else None
+        if spec is not None and spec.loader is not None:
+            return spec
+    return None
 '''
 
 # pytest re-run in place (os.execve): the real output given back first (pytest captures it while it
@@ -173,14 +182,10 @@ if 'pytest' in _zs.modules:
             _zz_plant(module)
     class _ZZFinder:
         def find_spec(self, name, path=None, target=None):
-            if not _zz_is_test_module(name):
-                return None
-            for f in _zs.meta_path:
-                spec = f.find_spec(name, path, target) if f is not self and hasattr(f, 'find_spec') else None
-                if spec is not None and spec.loader is not None:
-                    spec.loader = _ZZLoader(spec.loader)
-                    return spec
-            return None
+            spec = _zz_test_module_spec(self, name, path, target)
+            if spec is not None:
+                spec.loader = _ZZLoader(spec.loader)
+            return spec
     _zs.meta_path.insert(0, _ZZFinder())
     for _zm in list(_zs.modules.values()):  # the test module importing this package is still running
         if _zz_is_test_module(getattr(_zm, '__name__', '')) and getattr(_zm, '__file__', None):
@@ -281,13 +286,8 @@ if 'pytest' in _zs.modules:
         return spec
     class _ZZFinder:
         def find_spec(self, name, path=None, target=None):
-            if not _zz_is_test_module(name):
-                return None
-            for f in _zs.meta_path:
-                spec = f.find_spec(name, path, target) if f is not self and hasattr(f, 'find_spec') else None
-                if spec is not None:
-                    return _zz_watch(spec)
-            return None
+            spec = _zz_test_module_spec(self, name, path, target)
+            return _zz_watch(spec) if spec is not None else None
     _zs.meta_path.insert(0, _ZZFinder())
     for _zm in list(_zs.modules.values()):
         _zspec = getattr(_zm, '__spec__', None)
