@@ -65,6 +65,9 @@ class GradingConfig(BaseModel):
     tripwire: bool = Field(True, description="Install swerl's audit hook into the tests' interpreter (records, from the "
                            "agent's files, the operations that tamper with a test run in-process; off only to test the "
                            "other layers alone). Needs the test user.")
+    repair_patches: bool = Field(False, description="Mend what swebench's harness refuses before applying (a missing "
+                                 "final newline, hunk counts that disagree with their bodies), recorded on the result; "
+                                 "off, a patch swebench cannot apply is apply_failed, as the official harness grades it.")
     test_uid: int = Field(54321, ge=1000, le=2**31 - 2, description="The unprivileged user's id in the sandbox.")
 
 
@@ -147,7 +150,7 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
     result.canaries_not_built = dict((answer.canaries or {}).get("not_built") or {}) if plan.canaries else {}
     verdict = judge(task, tests_output, report, exit_code, script.runs_pytest, truncated=run.truncated,
                     parser=plan.parser, canaries=canaries)
-    result.tests, result.log_valid, result.swebench_resolved = verdict.tests, verdict.log_valid, verdict.swebench_resolved
+    result.tests, result.log_valid, result.swebench_log_resolved = verdict.tests, verdict.log_valid, verdict.swebench_log_resolved
     result.resolved = bool(verdict.resolved and not plan.no_patch and result.tests)
     if verdict.tampered:
         result.failure_class = FailureClass.TAMPERED
@@ -242,11 +245,22 @@ def grade_prediction(task: Task, patch: str | None, image: str, config: GradingC
                 break
         if runner_failures >= 2 and (patch or "").strip():
             result = _blame(task, image, config, slots, result)
+    _name_dropped(result)
     result.model_name_or_path, result.attempts = model_name, attempts
     result.duration_s = round(time.monotonic() - start, 3)
     result.log_dir = str(logs.root) if logs.root else None
     logs.write("result.json", result.model_dump_json(indent=1))
     return result
+
+
+def _name_dropped(result: GradeResult) -> None:
+    """Every file swerl did not apply or put back is named in the reason, not only in ``dropped_files``."""
+    if not result.dropped_files or "swerl did not apply" in result.reason or result.reason.startswith("every file"):
+        return
+    named = "; ".join(f"{p} ({r})" for p, r in list(result.dropped_files.items())[:10])
+    more = f" and {len(result.dropped_files) - 10} more" if len(result.dropped_files) > 10 else ""
+    prefix = f"swerl did not apply {len(result.dropped_files)} file(s) of the patch: {named}{more}"
+    result.reason = f"{prefix}; {result.reason}" if result.reason else prefix
 
 
 def _attempt(task: Task, patch: str, image: str, config: GradingConfig, slots: threading.BoundedSemaphore | None,

@@ -37,7 +37,7 @@ class Judgement:
     resolved: bool = False
     reason: str = ""
     log_valid: bool = True
-    swebench_resolved: bool = False  # swebench's verdict on the same log, before swerl's checks
+    swebench_log_resolved: bool = False  # swebench's verdict on the same log, before swerl's checks
     tampered: bool = False  # a canary was flipped: outcomes were forced
     status_map: dict[str, str] = field(default_factory=dict)
 
@@ -87,7 +87,7 @@ def judge(task: Task, log: str, report: dict | None, exit_code: int | None, is_p
         status_map = parser(_test_region(log))
     verdict = Judgement(status_map=status_map)
     tests_report, resolved = swebench_report(task, status_map)
-    verdict.swebench_resolved = found and resolved
+    verdict.swebench_log_resolved = found and resolved
     succeeded = set()
     for kind in ("FAIL_TO_PASS", "PASS_TO_PASS"):
         succeeded.update(tests_report.get(kind, {}).get("success", []))
@@ -117,7 +117,7 @@ def judge(task: Task, log: str, report: dict | None, exit_code: int | None, is_p
         problems.append(f"test command exited {exit_code} while the log shows no failure")
     verdict.log_valid = not problems
     failing = [n for n, d in verdict.tests.items() if not d.passed]
-    verdict.resolved = verdict.log_valid and verdict.swebench_resolved and not unearned
+    verdict.resolved = verdict.log_valid and verdict.swebench_log_resolved and not unearned
     if not verdict.log_valid:
         verdict.reason = "; ".join(problems[:5])
     elif failing:
@@ -125,7 +125,7 @@ def judge(task: Task, log: str, report: dict | None, exit_code: int | None, is_p
         if unearned:
             verdict.reason += ("; an XFAIL, XPASS or skip counts as passing only where the gold patch's validation "
                                "recorded the same status (a FAIL_TO_PASS test must pass)")
-    elif not verdict.swebench_resolved:
+    elif not verdict.swebench_log_resolved:
         verdict.reason = "swebench's grading does not resolve the run"
     else:
         verdict.reason = "all FAIL_TO_PASS and PASS_TO_PASS tests pass"

@@ -6,41 +6,59 @@ with ``python3 -I -S``) snapshots the repository before the patch and calls ``gu
 to judge what actually changed in the container (whatever the diff parser believed: mixed
 headers, timestamps after names, context diffs, fuzzy hunks).
 
-Protected, by what a path is rather than by one spelling:
-* tests: the test patch's files, anything in a test folder, test modules, ``conftest.py``;
-* test-runner configuration of every pytest version (``pytest.ini``, ``.pytest.ini``,
-  ``pytest.toml``, ``.pytest.toml``, ``tox.ini``, ``setup.cfg``, ``pyproject.toml``) and
-  modules that shadow the runner (``pytest``, ``_pytest``, ``pluggy``, ``py``);
+What is protected is decided per task, from what the task's tests are, never from a folder's
+name alone: the repository's own library code may be fixed even when it lives in ``testing/``,
+``django/test/`` or pytest's own ``src/_pytest/``. The task's ``scope`` (``protected.task_scope``,
+computed on the host) names its test files, the folders they live in and where pytest looks for
+``conftest.py``. Protected:
+* the task's tests: the test patch's files, the files and folders the test command names, every
+  file under the nearest folder named like a test folder above one of the task's test files (its
+  data, helpers and baselines), and ``conftest.py`` in any folder pytest loads one from (the test
+  files' folders and their ancestors; everywhere when the command collects whole folders);
+* test-runner configuration: ``pytest.ini`` and its kin, ``.coveragerc``, and, inside
+  ``setup.cfg`` / ``tox.ini`` / ``pyproject.toml``, only the sections that configure the test
+  run, register plugins or build the package (``config_reason``: the rest of the file, such as
+  dependencies and versions, may change);
 * packaging metadata, which registers plugins through entry points (``*.egg-info``,
   ``*.dist-info``, ``*.egg-link``, ``entry_points.txt``);
 * interpreter start-up hooks: ``*.pth``, ``sitecustomize`` / ``usercustomize`` as modules,
   packages or extensions, bytecode;
-* in the container only: a NEW top-level module or package at an import root (the
-  repository root or ``src/``), which can shadow a module the interpreter or pytest imports
-  at start-up under an innocent name;
+* in the container only: a NEW top-level module or package at an import root (the repository
+  root or ``src/``) whose name the environment already provides (the standard library, a
+  site-packages module): it would shadow what the interpreter or the runner imports. A new
+  module of any other name is the fix's own;
 * ``.git``, paths outside the repository, and symbolic links.
 """
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
+import glob
 import json
 import os
 import posixpath
+import re
 import subprocess
+import sys
 
-TEST_DIRS = ("tests", "test", "testing")
+TEST_DIR_NAMES = ("tests", "test", "testing")
 TEST_FILE_GLOBS = ("test_*.py", "*_test.py", "tests.py", "conftest.py")
-INFRA_NAMES = (
-    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml",
-    "noxfile.py", "pytest.py", "py.py", "pluggy.py", ".coveragerc", "entry_points.txt",
-)
-INFRA_GLOBS = ("*.pth", "*.pyc", "*.pyo", "__pycache__/*", "*/__pycache__/*", "_pytest/*", "pytest/*", "pluggy/*",
-               "py/*", "*/_pytest/*", "*/pluggy/*")
+INFRA_NAMES = ("pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", ".coveragerc", "entry_points.txt")
+INFRA_GLOBS = ("*.pth", "*.pyc", "*.pyo", "__pycache__/*", "*/__pycache__/*")
+SECTION_FILES = ("setup.cfg", "tox.ini", "pyproject.toml")
+# sections (and their sub-tables) that configure the test run, register plugins or build the package
+PROTECTED_SECTIONS = ("pytest", "tool:pytest", "tool.pytest", "coverage", "tool.coverage", "options.entry_points",
+                      "project.entry-points", "project.entry_points", "tool.poetry.plugins", "build-system",
+                      "tool.setuptools.entry-points", "tool.flit.entrypoints", "tool.hatch.build")
+# words that, on a changed line outside a section, can reach the runner's configuration (TOML dotted keys)
+RISKY_WORDS = ("pytest", "addopts", "plugin", "entry-point", "entry_point", "entrypoint", "coverage", "conftest",
+               "build-backend", "backend-path", "build-system")
 METADATA_SUFFIXES = (".egg-info", ".dist-info", ".egg-link", ".egg")
 STARTUP_MODULES = ("sitecustomize", "usercustomize")
 IMPORT_ROOTS = ("", "src")
 MODULE_SUFFIXES = (".py", ".pyc", ".so", ".pyd", ".pth")
+SECTION_TEXT_MAX = 1_000_000  # bytes of a configuration file the snapshot keeps to judge its change
 
 
 def safe_relative_path(path: str) -> bool:
@@ -53,10 +71,17 @@ def safe_relative_path(path: str) -> bool:
     return not any(part == ".git" for part in norm.split("/"))
 
 
-def path_reason(path: str, test_patch_files, rules: dict, *, is_symlink: bool = False) -> str | None:
-    """Why ``path`` may not be changed by a prediction, or None when it may.
+def _under(path: str, folder: str) -> bool:
+    return folder in ("", ".") or path == folder or path.startswith(folder.rstrip("/") + "/")
 
-    ``rules``: test_dirs, test_file_globs, infra_names, infra_globs, allow_symlinks (ProtectedPathsConfig).
+
+def path_reason(path: str, scope: dict, rules: dict, *, is_symlink: bool = False) -> str | None:
+    """Why ``path`` may not be changed by a prediction, or None when it may (a configuration file's
+    sections are judged by ``config_reason`` in the container).
+
+    ``scope``: the task's test_patch_files, test_files, test_dirs, conftest_dirs and collection_wide
+    (``protected.task_scope``); ``rules``: test_file_globs, infra_names, infra_globs, allow_symlinks
+    (ProtectedPathsConfig).
     """
     if is_symlink and not rules.get("allow_symlinks", False):
         return "creates a symbolic link"
@@ -64,13 +89,18 @@ def path_reason(path: str, test_patch_files, rules: dict, *, is_symlink: bool = 
         return f"path {path!r} leaves the repository or touches .git"
     norm = posixpath.normpath(path)
     parts = norm.split("/")
-    name = parts[-1]
-    if norm in test_patch_files:
+    name, folder = parts[-1], "/".join(parts[:-1])
+    if norm in scope.get("test_patch_files", ()):
         return "file is changed by the task's test patch"
-    if any(part in rules.get("test_dirs", TEST_DIRS) for part in parts[:-1]):
-        return "file is in a test folder"
-    if any(fnmatch.fnmatch(name, g) for g in rules.get("test_file_globs", TEST_FILE_GLOBS)):
-        return "file is a test module"
+    if norm in scope.get("test_files", ()):
+        return "file is one of the task's test files (named by its tests or its test command)"
+    for tests in scope.get("test_dirs", ()):
+        if _under(norm, tests):
+            return f"file is in {tests + '/' if tests else 'the folder'} that holds the task's tests"
+    if name == "conftest.py" and (scope.get("collection_wide") or folder in scope.get("conftest_dirs", ())):
+        return "pytest loads this conftest.py for the task's tests"
+    if scope.get("collection_wide") and any(fnmatch.fnmatch(name, g) for g in rules.get("test_file_globs", TEST_FILE_GLOBS)):
+        return "file is a test module of a test command that collects whole folders"
     if name in rules.get("infra_names", INFRA_NAMES):
         return "file configures the test runner or the interpreter"
     if any(part.endswith(METADATA_SUFFIXES) for part in parts):
@@ -78,19 +108,115 @@ def path_reason(path: str, test_patch_files, rules: dict, *, is_symlink: bool = 
     if any(part.split(".", 1)[0] in STARTUP_MODULES for part in parts):
         return "the interpreter imports this at start-up"
     if any(fnmatch.fnmatch(norm, g) for g in rules.get("infra_globs", INFRA_GLOBS)):
-        return "file could shadow or configure the test runner"
+        return "the interpreter loads this at start-up or instead of the source (start-up hook, bytecode)"
     return None
 
 
-def new_top_level_module(path: str, before) -> bool:
-    """True when ``path`` (created by the patch) is a new module or package at an import root
-    (the repository root or ``src/``): a name the interpreter or pytest may import at start-up."""
+def top_level_name(path: str) -> str | None:
+    """The module name ``path`` defines at an import root (the repository root or ``src/``), or None."""
     parts = posixpath.normpath(path).split("/")
-    prefix, rest = ("src/", parts[1:]) if parts[0] == "src" and len(parts) > 1 else ("", parts)
+    rest = parts[1:] if parts[0] == "src" and len(parts) > 1 else parts
     if len(rest) == 1:
-        return rest[0].endswith(MODULE_SUFFIXES)
-    top = prefix + rest[0] + "/"
-    return rest[-1].endswith(MODULE_SUFFIXES) and not any(p.startswith(top) for p in before)
+        return rest[0].split(".", 1)[0] if rest[0].endswith(MODULE_SUFFIXES) else None
+    return rest[0] if rest[-1].endswith(MODULE_SUFFIXES) else None
+
+
+def new_top_level_module(path: str, before) -> str | None:
+    """The top-level module name ``path`` (created by the patch) adds at an import root, or None when it adds
+    none (not a module, not at an import root, or inside a package that existed before)."""
+    name = top_level_name(path)
+    if name is None:
+        return None
+    parts = posixpath.normpath(path).split("/")
+    prefix = "src/" if parts[0] == "src" and len(parts) > 1 else ""
+    rest = parts[1:] if prefix else parts
+    if len(rest) > 1 and any(p.startswith(prefix + rest[0] + "/") for p in before):
+        return None
+    return name
+
+
+# --- configuration files: only their test-run sections are protected ------------------------------------
+
+_CLEAN_HEADER = re.compile(r"^\[\[?\s*([A-Za-z0-9_.:\-]+(?:\s*\.\s*[A-Za-z0-9_\-]+)*)\s*\]\]?\s*(?:[#;].*)?$")
+
+
+def _protected_section(name: str) -> bool:
+    norm = re.sub(r"[\s\"'\[\]]", "", name).lower()
+    return any(norm == s or norm.startswith(s + ".") or norm.startswith(s + ":") for s in PROTECTED_SECTIONS)
+
+
+def _sections(text: str) -> list[tuple[str | None, str]]:
+    """Each line with the section it belongs to (None before the first header), read so that a doubt protects:
+    outside a TOML multi-line string, a clean header at the start of a line opens its section; a line that
+    merely looks like a header (indented, quoted names, an array row) opens a section only when its name is a
+    protected one, and otherwise leaves the previous section open, to be judged with it."""
+    out, section, in_string = [], None, None
+    for line in text.split("\n"):
+        if in_string is None and line.strip().startswith("["):
+            m = _CLEAN_HEADER.match(line)
+            if m or _protected_section(line.strip().split("#", 1)[0]):
+                section = m.group(1) if m else line.strip().strip("[]")
+        out.append((section, line))
+        for quote in ('"""', "'''"):
+            count = len(re.findall(re.escape(quote), line.replace("\\" + quote[0], "")))
+            if count % 2 and (in_string in (None, quote)):
+                in_string = None if in_string == quote else quote
+    return out
+
+
+def _line_reason(section: str | None, line: str) -> str | None:
+    stripped = line.strip()
+    if section is not None and _protected_section(section):
+        return f"it changes the [{section}] section, which configures the test run, a plugin or the build"
+    if stripped.startswith("[") and not _CLEAN_HEADER.match(line):
+        return f"it changes a line that may open a section ({stripped[:60]!r})"
+    if "\\" in line:
+        return "it changes a line with an escape, which may spell a protected key"
+    lowered = line.lower()
+    word = next((w for w in RISKY_WORDS if w in lowered), None)
+    if word is not None:
+        return f"it changes a line that mentions {word!r}, which may configure the test run"
+    return None
+
+
+def config_reason(before: str, after: str) -> str | None:
+    """Why a change from ``before`` to ``after`` of ``setup.cfg`` / ``tox.ini`` / ``pyproject.toml`` may not be
+    applied (it touches a section that configures the test run, registers a plugin or builds the package), or
+    None when it changes only other sections (dependencies, versions, other tools' settings)."""
+    old, new = _sections(before), _sections(after)
+    matcher = difflib.SequenceMatcher(None, [line for _, line in old], [line for _, line in new], autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        for section, line in old[i1:i2] + new[j1:j2]:
+            reason = _line_reason(section, line)
+            if reason:
+                return reason
+    return None
+
+
+# --- what the environment provides ---------------------------------------------------------------------
+
+_LIB_DIRS = ("/usr", "/usr/local", "/opt/*", "/opt/*/envs/*", "/root/.local", "/root/.venv", "/venv", "/opt/venv")
+
+
+def provided_names() -> set[str]:
+    """Top-level module names the sandbox's Pythons provide outside the repository: built-ins, the standard
+    library and every site-packages (a new module of one of these names at an import root shadows it)."""
+    names = set(sys.builtin_module_names) | set(getattr(sys, "stdlib_module_names", ()))
+    folders = set(glob.glob("/usr/lib/python3/dist-packages"))
+    for prefix in _LIB_DIRS:
+        for lib in glob.glob(f"{prefix}/lib/python3*"):
+            folders.update([lib, f"{lib}/site-packages", f"{lib}/dist-packages", f"{lib}/lib-dynload"])
+    for folder in folders:
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.endswith(MODULE_SUFFIXES) or "." not in entry:
+                names.add(entry.split(".", 1)[0])
+    return {n for n in names if n.isidentifier()}
 
 
 # --- in the container ------------------------------------------------------------------
@@ -110,9 +236,19 @@ def _walk(root: str):
 
 
 def snapshot(root: str, out: str) -> None:
-    """Before the patch: the paths that exist (the stamp is this file's own change time)."""
+    """Before the patch: the paths that exist (the stamp is this file's own change time) and the text of every
+    configuration file whose sections are judged (``config_reason``)."""
+    paths = sorted(p for p, _ in _walk(root))
+    texts = {}
+    for path in paths:
+        if posixpath.basename(path) in SECTION_FILES:
+            try:
+                with open(os.path.join(root, path), "rb") as f:
+                    texts[path] = f.read(SECTION_TEXT_MAX + 1).decode("utf-8", "replace")
+            except OSError:
+                continue
     with open(out, "w") as f:
-        json.dump(sorted(p for p, _ in _walk(root)), f)
+        json.dump({"paths": paths, "texts": texts}, f)
 
 
 def _git(root: str, *args: str) -> str:
@@ -120,24 +256,66 @@ def _git(root: str, *args: str) -> str:
                           text=True, check=False).stdout
 
 
-def guard(root: str, before_file: str, base: str, test_patch_files, rules: dict) -> dict:
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(SECTION_TEXT_MAX + 1)
+    except OSError:
+        return None
+    return None if len(data) > SECTION_TEXT_MAX else data.decode("utf-8", "replace")
+
+
+def change_reason(root: str, path: str, exists: bool, is_link: bool, before: dict, scope: dict, rules: dict,
+                  provided) -> str | None:
+    """Why the patch's change to ``path`` (as found in the container) may not stand, or None.
+    ``provided()`` gives the environment's module names (computed only when a new top-level module needs it)."""
+    reason = path_reason(path, scope, rules, is_symlink=is_link)
+    if reason is not None:
+        return reason
+    name = posixpath.basename(path)
+    if name in SECTION_FILES:
+        old = before["texts"].get(path)
+        if path not in before["paths"] and posixpath.dirname(path) in scope.get("conftest_dirs", ()):
+            return "a new configuration file where pytest looks for the configuration of the task's tests"
+        if path in before["paths"] and old is None or len(old or "") > SECTION_TEXT_MAX:
+            return "configuration file too large or unreadable to judge its change"
+        new = _read_text(os.path.join(root, path)) if exists and not is_link else ""
+        if new is None:
+            return "configuration file too large or unreadable to judge its change"
+        why = config_reason(old or "", new)
+        return f"{why} ({name})" if why else None
+    if path not in before["paths"]:
+        module = new_top_level_module(path, before["paths"])
+        if module is not None and module in provided():
+            return (f"a new top-level module {module!r} shadows the module of that name the environment provides "
+                    "(the interpreter's or the test runner's)")
+    return None
+
+
+def guard(root: str, before_file: str, base: str, scope: dict, rules: dict) -> dict:
     """After the patch: every path it changed (tracked or not, file, link or mode), judged by the rules;
     protected ones are put back (restored from ``base``, or removed when new). A protected path that
     existed before but is not in ``base`` cannot be put back: it is reported as refused."""
     stamp = os.stat(before_file).st_ctime_ns
     with open(before_file) as f:
-        before = set(json.load(f))
+        before = json.load(f)
+    before["paths"] = set(before["paths"])
     now = dict(_walk(root))
     changed = {p: st for p, st in now.items() if st.st_ctime_ns >= stamp}
     # what the patch deleted (or renamed away) leaves no inode behind: it existed before and not now
-    changed.update({p: None for p in before if p not in now})
+    changed.update({p: None for p in before["paths"] if p not in now})
+    names: list[set[str]] = []
+
+    def provided() -> set[str]:
+        if not names:
+            names.append(provided_names())
+        return names[0]
+
     restored, removed, refused = {}, {}, {}
     for path in sorted(changed):
         st = changed[path]
         is_link = st is not None and (st.st_mode & 0o170000) == 0o120000
-        reason = path_reason(path, test_patch_files, rules, is_symlink=is_link)
-        if reason is None and path not in before and new_top_level_module(path, before):
-            reason = "a new top-level module can shadow one the interpreter or pytest imports at start-up"
+        reason = change_reason(root, path, st is not None, is_link, before, scope, rules, provided)
         if reason is None:
             continue
         full = os.path.join(root, path)
@@ -147,7 +325,7 @@ def guard(root: str, before_file: str, base: str, test_patch_files, rules: dict)
                 subprocess.run(["rm", "-rf", "--", full], check=False)
             _git(root, "checkout", "-q", base, "--", path)
             restored[path] = reason
-        elif path not in before:
+        elif path not in before["paths"]:
             subprocess.run(["rm", "-rf", "--", full], check=False)
             removed[path] = reason
         else:

@@ -5,6 +5,7 @@ between SWE-bench's markers as the test user, and pytest's evidence printed back
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shlex
 import uuid
@@ -16,9 +17,9 @@ from typing import TYPE_CHECKING
 from swerl.data.task import Task
 from swerl.grading.diffs import DiffParseError, join_diff, split_diff
 from swerl.grading.log_parsers import LogParser, UnknownLogParserError, get_log_parser
-from swerl.grading.protected import filter_sections
+from swerl.grading.protected import filter_sections, task_scope
 from swerl.grading.results import FailureClass, GradeResult
-from swerl.grading.sandbox_setup import IN_SANDBOX, STAGE
+from swerl.grading.sandbox_setup import IN_SANDBOX, STAGE, VIA
 from swerl.grading.tamper_flags import tamper_flags
 from swerl.grading.test_script import (AssetError, Isolation, TestScript, instrumentation, native_script, pre_tests,
                                       published_script, selects_within_files)
@@ -121,9 +122,10 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
     # (stage, JSON arguments of sandbox_setup's step or a shell line): one interpreter runs them all, each
     # printing its stage line first, so a failure says which step it was
     setup: list[tuple[str, dict | str]] = []
+    scope = task_scope(task, _test_command_text(task), config.protected, config.sandbox.workdir)
     if not no_patch:
         try:
-            kept, dropped = filter_sections(split_diff(patch), test_files, config.protected)
+            kept, dropped = filter_sections(split_diff(patch), scope, config.protected)
         except DiffParseError as e:
             result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch is not a valid diff: {e}"
             return None
@@ -135,17 +137,19 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
             if not config.run_tests_without_patch:
                 return None
         else:
+            sections = split_diff(patch)
             applied = join_diff(kept)
+            if config.repair_patches:
+                applied, result.repairs = repair_patch(applied, patch)
+            elif not patch.endswith("\n") and kept[-1].text == sections[-1].text:
+                applied = applied[:-1]  # as published: swebench's commands refuse a patch cut short of its newline
             logs.write("applied.diff", applied)
             files[f"{WORK}/agent.patch"] = (applied, 0o644)
             guard_args = {"root": config.sandbox.workdir, "before": f"{WORK}/before-{nonce}.json", "base": task.base_commit,
-                          "test_patch_files": sorted(test_files), "rules": config.protected.model_dump(mode="json")}
+                          "scope": scope, "rules": config.protected.model_dump(mode="json")}
             setup += [
                 ("snapshot", guard_args),
-                ("apply", f"if git apply --verbose --whitespace=nowarn {WORK}/agent.patch; then echo '@@via git apply'; "
-                          f"elif patch --dry-run --batch --fuzz=5 -p1 -i {WORK}/agent.patch >/dev/null && "
-                          f"patch --batch --fuzz=5 -p1 --no-backup-if-mismatch -i {WORK}/agent.patch; then echo '@@via patch'; "
-                          "else exit 1; fi"),
+                ("apply", apply_command(f"{WORK}/agent.patch")),
                 ("guard", guard_args),  # judge what changed in the container, whatever the diff reader believed
             ]
     restore = " ".join(shlex.quote(p) for p in sorted(test_files))
@@ -206,6 +210,61 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
                 no_patch, canaries, wire is not None)
 
 
+# swebench's run_instance: these commands in this order, the tree reset before each retry, then a patch
+# already applied counts as applied
+APPLY_COMMANDS = ("git apply --verbose", "git apply --verbose --3way", "git apply --verbose --reject",
+                  "patch --batch --forward --fuzz=5 -p1 -i")
+def apply_command(patch_file: str) -> str:
+    """The shell line that applies ``patch_file`` exactly as swebench's harness does; it prints which command
+    did (``@@via <command>``) and fails when none did."""
+    path = shlex.quote(patch_file)
+    tries = []
+    for i, command in enumerate(APPLY_COMMANDS):
+        reset = "git checkout -- . ; git clean -fd; " if i else ""
+        tries.append(f"{reset}if {command} {path}; then echo '{VIA}{command.split(' -i')[0]}'; exit 0; fi")
+    return "; ".join([*tries, f"if git apply --check --reverse {path}; then echo '{VIA}already applied'; exit 0; fi",
+                      "exit 1"])
+
+
+def repair_patch(applied: str, original: str) -> tuple[str, list[str]]:
+    """``applied`` with what swebench's commands would refuse mended (the opt-in ``repair_patches``), and the
+    names of the repairs made: a missing final newline, hunk headers whose line counts disagree with their
+    bodies."""
+    repairs = []
+    if not original.endswith("\n"):
+        repairs.append("final newline")
+    fixed = recount_hunks(applied)
+    if fixed != applied:
+        repairs.append("hunk counts")
+    return fixed, repairs
+
+
+def recount_hunks(diff: str) -> str:
+    """Every ``@@ -a,b +c,d @@`` header rewritten with the counts its body has (the body runs until the next
+    header or file section)."""
+    lines = diff.split("\n")
+    out, i = [], 0
+    header = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@(.*)$")
+    while i < len(lines):
+        m = header.match(lines[i])
+        if not m:
+            out.append(lines[i])
+            i += 1
+            continue
+        j, old, new = i + 1, 0, 0
+        while j < len(lines) and lines[j][:1] in (" ", "-", "+", "\\", "") and not lines[j].startswith(("--- ", "+++ ")):
+            if lines[j] == "" and (j + 1 >= len(lines) or lines[j + 1][:1] not in (" ", "-", "+", "\\")):
+                break
+            kind = lines[j][:1] or " "
+            old += kind in (" ", "-")
+            new += kind in (" ", "+")
+            j += 1
+        out.append(f"@@ -{m.group(1)},{old} +{m.group(2)},{new} @@{m.group(3)}")
+        out.extend(lines[i + 1:j])
+        i = j
+    return "\n".join(out)
+
+
 def root_answer_lines(evidence: str) -> list[str]:
     """Root's answer, one line: FRAME_LINE, the secret (read from root's folder by root's shell), then base64 of
     a tar of what root found: the set-up's, the canaries', the pre-test step's and the test user's records,
@@ -229,4 +288,6 @@ def _test_command_text(task: Task) -> str:
         if START_TEST_OUTPUT in text and END_TEST_OUTPUT in text:
             return text.split(START_TEST_OUTPUT, 1)[1].split(END_TEST_OUTPUT, 1)[0]
         return text
-    return task.install_config.test_cmd if task.install_config else ""
+    if not task.install_config:
+        return ""
+    return " ".join([task.install_config.test_cmd, *(shlex.quote(f) for f in select_test_files(task))])

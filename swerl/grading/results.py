@@ -59,11 +59,16 @@ class GradeResult(BaseModel):
     canaries_not_built: dict[str, str] = Field(default_factory=dict, description="FAIL_TO_PASS tests root could not "
                                                "copy as canaries, with why (decided before any code under test ran; "
                                                "their outcomes rest on the other layers).")
-    applied_with: str | None = None
+    applied_with: str | None = Field(None, description="The command that applied the patch (swebench's order: "
+                                     "git apply, --3way, --reject, patch --fuzz=5; or 'already applied').")
+    repairs: list[str] = Field(default_factory=list, description="What swerl mended in the patch before applying it "
+                               "(GradingConfig.repair_patches, off by default): 'final newline', 'hunk counts'.")
     test_exit_code: int | None = None
     log_valid: bool = True
-    swebench_resolved: bool | None = Field(None, description="swebench's own verdict on the same log, before swerl's "
-                                           "evidence checks (None when no tests ran).")
+    swebench_log_resolved: bool | None = Field(None, description="What swebench's grading functions (get_logs_eval, "
+                                               "get_resolution_status) say of swerl's kept log, before swerl's evidence "
+                                               "checks: the plain reading of the same run, not swebench's harness run on "
+                                               "the prediction (None when no tests ran).")
     image: str | None = None
     duration_s: float = 0.0
     attempts: int = 1

@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 STAGE = "@@swerl-stage "
+VIA = "@@via "  # the apply step's line naming the command that applied the patch (plan.apply_command)
 IN_SANDBOX = ("swerl_path_rules", "swerl_test_user")  # the helpers' file names beside this one in the sandbox
 
 
@@ -40,7 +41,7 @@ def run_step(name: str, arg, workdir: str, path_rules, test_user, log, found: di
         path_rules.snapshot(arg["root"], arg["before"])
         return 0
     if name == "guard":
-        verdict = path_rules.guard(arg["root"], arg["before"], arg["base"], set(arg["test_patch_files"]), arg["rules"])
+        verdict = path_rules.guard(arg["root"], arg["before"], arg["base"], arg["scope"], arg["rules"])
         found["guard"] = verdict
         return 3 if verdict["refused"] else 0
     if name == "lockdown":
@@ -82,7 +83,8 @@ def main(argv: list[str]) -> int:
             if name == "apply" and code == 0:
                 with open(log.name, "rb") as f:
                     f.seek(max(0, os.path.getsize(log.name) - 4096))
-                    found["via"] = "patch" if b"@@via patch" in f.read() else "git apply"
+                    lines = [ln for ln in f.read().decode("utf-8", "replace").splitlines() if ln.startswith(VIA)]
+                    found["via"] = lines[-1][len(VIA):] if lines else "git apply --verbose"
             if code:
                 break
     if "guard" in found:

@@ -45,7 +45,12 @@ def lookup(test: str, groups: Mapping[str, list[str]]) -> list[str] | None:
         return list(groups[test])
     if test.count("[") > test.count("]"):
         found = [s for form, statuses in groups.items() if form.startswith(test) for s in statuses]
-        return found or None
+        if found:
+            return found
+    if " - " in test:
+        # parse_log_pytest_v2 keeps the reason of an XFAIL / XPASS line in the id ("t.py::test_x - gh #12"):
+        # pytest's own node is the part before it
+        return lookup(test.split(" - ", 1)[0], groups)
     return None
 
 

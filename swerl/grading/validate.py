@@ -47,7 +47,7 @@ def default_cache_dir() -> Path:
 
 def verdict_key(task: Task, image: str, config: ValidationConfig) -> str:
     """What a verdict depends on: the task record, the image tag, the gold runs, the grading settings."""
-    return content_key("swerl-validation-v1", task, image, str(config.runs), grading_settings(config.grading))
+    return content_key("swerl-validation-v2", task, image, str(config.runs), grading_settings(config.grading))
 
 
 class VerdictCache(JsonVerdictStore["TaskValidation"]):
@@ -71,6 +71,9 @@ class TaskValidation(BaseModel):
     gold_failures: list[str] = Field(default_factory=list, description="Reasons of gold runs that did not resolve.")
     containers: list[str] = Field(default_factory=list, description="Images graded from; each run had its own container.")
     infra_error: bool = Field(False, description="An image build or a sandbox failed: the verdict says nothing about the task.")
+    gold_dropped: dict[str, str] = Field(default_factory=dict, description="Files of the gold patch a protection rule "
+                                         "dropped or put back, with the rule: a validation error, since the rule "
+                                         "would fail the real fix (the task is not graded as its publisher grades it).")
     gold_statuses: dict[str, str] = Field(default_factory=dict, description="Each listed test's status in the first "
                                           "resolved gold run (Task.gold_statuses: what a skip or xfail is checked against).")
 
@@ -110,6 +113,10 @@ def verdict(task: Task, image: str | None, gold: list[GradeResult], empty: Grade
     if infra:
         problems.append(f"infrastructure error: {infra[0].reason[:300]}")
         v.infra_error = True
+    v.gold_dropped = {p: r for g in gold for p, r in g.dropped_files.items()}
+    if v.gold_dropped:
+        problems.append("swerl's protection rules drop files the gold patch changes, so they would fail the real fix: "
+                        + "; ".join(f"{p}: {r}" for p, r in list(v.gold_dropped.items())[:5]))
     if not all(v.gold_resolved):
         missing = sorted({n for g in gold for n, d in g.tests.items() if d.status == "MISSING"})
         detail = f" (tests not found in the log: {', '.join(missing[:5])})" if missing else ""

@@ -25,14 +25,14 @@ def log_of(statuses: dict[str, str], exit_code: int = 0) -> str:
 
 def test_every_listed_test_passing_resolves():
     v = judge(TASK, log_of(ALL_PASS), REPORT, 0, True)
-    assert (v.resolved, v.swebench_resolved, v.log_valid, v.reason) == (True, True, True, "all FAIL_TO_PASS and PASS_TO_PASS tests pass")
+    assert (v.resolved, v.swebench_log_resolved, v.log_valid, v.reason) == (True, True, True, "all FAIL_TO_PASS and PASS_TO_PASS tests pass")
     assert v.tests["tests/test_a.py::test_fix"].expected == "FAIL_TO_PASS"
 
 
 def test_a_failing_pass_to_pass_test_does_not_resolve():
     statuses = {**ALL_PASS, "tests/test_b.py::test_other": "FAILED"}
     v = judge(TASK, log_of(statuses, 1), {"complete": True, "tests": statuses}, 1, True)
-    assert (v.resolved, v.swebench_resolved, v.log_valid) == (False, False, True)
+    assert (v.resolved, v.swebench_log_resolved, v.log_valid) == (False, False, True)
     assert v.reason == "1 test(s) not passing: tests/test_b.py::test_other (FAILED)"
 
 
@@ -62,7 +62,7 @@ def test_a_skipped_fail_to_pass_test_counts_as_failing():
 def test_a_skipped_pass_to_pass_test_is_maintained_as_in_swebench():
     statuses = {**ALL_PASS, "tests/test_b.py::test_other": "SKIPPED"}
     v = judge(TASK, log_of(statuses), {"complete": True, "tests": statuses}, 0, True)
-    assert (v.resolved, v.swebench_resolved) == (True, True)
+    assert (v.resolved, v.swebench_log_resolved) == (True, True)
 
 
 def test_an_xfailed_pass_to_pass_test_is_kept_like_swebench_without_a_validation_record():
@@ -73,7 +73,7 @@ def test_an_xfailed_pass_to_pass_test_is_kept_like_swebench_without_a_validation
 def test_forged_passed_line_disagreeing_with_pytest_report_is_invalid():
     report = {"complete": True, "tests": {**ALL_PASS, "tests/test_a.py::test_fix": "FAILED"}}
     v = judge(TASK, log_of(ALL_PASS, 1), report, 1, True)
-    assert (v.resolved, v.swebench_resolved, v.log_valid) == (False, False, False)
+    assert (v.resolved, v.swebench_log_resolved, v.log_valid) == (False, False, False)
     assert "log says tests/test_a.py::test_fix PASSED but pytest recorded FAILED" in v.reason
 
 
@@ -82,7 +82,7 @@ def test_forged_exit_code_line_does_not_hide_the_real_exit_code():
     report = {"complete": True, "tests": {k: "PASSED" for k in ALL_PASS}}
     log = ">>>>> Test Exit Code: 0\n" + log_of(ALL_PASS, 1)
     v = judge(TASK, log, report, 1, True)
-    assert (v.swebench_resolved, v.resolved, v.log_valid) == (True, False, False)
+    assert (v.swebench_log_resolved, v.resolved, v.log_valid) == (True, False, False)
     assert v.reason == "test command exited 1 while the log shows no failure"
 
 
@@ -105,7 +105,7 @@ def test_nonzero_exit_with_no_failure_in_log_is_invalid():
 
 def test_log_without_markers_holds_no_gradable_run():
     v = judge(TASK, "PASSED tests/test_a.py::test_fix\n", REPORT, 0, True)
-    assert (v.resolved, v.swebench_resolved, v.log_valid) == (False, False, False)
+    assert (v.resolved, v.swebench_log_resolved, v.log_valid) == (False, False, False)
     assert v.reason.startswith("the log holds no test run swebench can grade")
 
 
@@ -168,7 +168,7 @@ def test_fail_only_counts_a_test_absent_from_the_log_as_passing_unless_pytest_sa
     only_failures_log = log_of({})
     assert judge(task, only_failures_log + "1 passing\n", None, 0, False).resolved is True
     v = judge(task, only_failures_log + "1 passing\n", {"complete": True, "tests": {**ALL_PASS, "tests/test_a.py::test_fix": "FAILED"}}, 0, True)
-    assert (v.swebench_resolved, v.resolved) == (True, False)
+    assert (v.swebench_log_resolved, v.resolved) == (True, False)
     assert "pytest recorded FAILED" in v.reason
 
 
@@ -246,7 +246,7 @@ def test_a_listed_test_run_twice_means_the_tests_were_run_again():
 def test_an_xfailed_fail_to_pass_test_is_not_a_fix_though_swebench_counts_it():
     statuses = {**ALL_PASS, "tests/test_a.py::test_fix": "XFAIL"}
     v = judge(TASK, log_of(statuses), {"complete": True, "tests": statuses}, 0, True)
-    assert (v.swebench_resolved, v.resolved, v.tests["tests/test_a.py::test_fix"].passed) == (True, False, False)
+    assert (v.swebench_log_resolved, v.resolved, v.tests["tests/test_a.py::test_fix"].passed) == (True, False, False)
     assert "counts as passing only where the gold patch's validation recorded the same status" in v.reason
 
 
