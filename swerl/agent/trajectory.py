@@ -96,6 +96,8 @@ class Trajectory(BaseModel):
     resolved: bool | None = None
     grade_failure: str | None = Field(None, description="The grader's FailureClass when graded.")
     tamper_flags: list[str] = Field(default_factory=list, description="Tamper signature classes grading found in the patch.")
+    swebench_log_resolved: bool | None = Field(None, description="What swebench's grading functions said of the same "
+                                               "grading log, before swerl's layers (None when no tests ran).")
     fail_to_pass_passed: int | None = None
     pass_to_pass_failed: int | None = None
 

@@ -301,9 +301,15 @@ def guard(root: str, before_file: str, base: str, scope: dict, rules: dict) -> d
         before = json.load(f)
     before["paths"] = set(before["paths"])
     now = dict(_walk(root))
-    changed = {p: st for p, st in now.items() if st.st_ctime_ns >= stamp}
-    # what the patch deleted (or renamed away) leaves no inode behind: it existed before and not now
-    changed.update({p: None for p in before["paths"] if p not in now})
+    # swebench's apply chain resets the tree between its commands (git checkout, git clean), which rewrites
+    # files without changing them: a file of base_commit counts as changed only when it differs from it
+    tracked = set(_git(root, "ls-tree", "-r", "--name-only", "-z", base).split("\0")) - {""}
+    differs = set(_git(root, "diff", "--name-only", "--no-renames", "-z", base, "--").split("\0")) - {""}
+    changed = {p: st for p, st in now.items() if st.st_ctime_ns >= stamp and (p not in tracked or p in differs)}
+    # what the patch deleted (or renamed away) leaves no inode behind: it existed before and not now (an
+    # untracked file the reset's git clean removed is no change of the patch's unless the patch names it)
+    changed.update({p: None for p in before["paths"]
+                    if p not in now and (p in tracked or p in scope.get("patch_paths", ()))})
     names: list[set[str]] = []
 
     def provided() -> set[str]:

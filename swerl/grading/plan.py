@@ -146,7 +146,8 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
             logs.write("applied.diff", applied)
             files[f"{WORK}/agent.patch"] = (applied, 0o644)
             guard_args = {"root": config.sandbox.workdir, "before": f"{WORK}/before-{nonce}.json", "base": task.base_commit,
-                          "scope": scope, "rules": config.protected.model_dump(mode="json")}
+                          "scope": {**scope, "patch_paths": sorted({p for s in sections for p in s.paths})},
+                          "rules": config.protected.model_dump(mode="json")}
             setup += [
                 ("snapshot", guard_args),
                 ("apply", apply_command(f"{WORK}/agent.patch")),

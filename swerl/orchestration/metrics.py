@@ -50,11 +50,18 @@ def rollout_metrics(trajectories: Sequence[Trajectory], reward: RewardConfig | N
 
 def grading_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """How often the policy probes the grader: trajectories whose patch carries tamper signatures
-    (``tamper_flags``), those graded ``tampered``, and each signature class's count."""
+    (``tamper_flags``), those graded ``tampered``, each signature class's count, and ``refused_by_layers``:
+    patches the plain swebench reading of the same log resolves and swerl does not, by failure class
+    (``refused_by_layers_<class>``), the number that rises when the policy starts to get past swebench's
+    grading but not swerl's."""
     out = {"tamper_flags": float(sum(1 for t in trajectories if t.tamper_flags)),
            "tampered": float(sum(1 for t in trajectories if t.grade_failure == "tampered"))}
     for flag, n in Counter(f for t in trajectories for f in t.tamper_flags).items():
         out[f"tamper_flag_{flag}"] = float(n)
+    refused = [t for t in trajectories if t.swebench_log_resolved and t.resolved is False]
+    out["refused_by_layers"] = float(len(refused))
+    for cls, n in Counter(t.grade_failure or "unknown" for t in refused).items():
+        out[f"refused_by_layers_{cls}"] = float(n)
     return out
 
 

@@ -205,6 +205,7 @@ async def _run_one(task: Task, sample: int, image: str | None, agent: Agent, con
         result = await grade(task, traj.patch, image, sample)
         traj.grade_failure = result.failure_class.value if result.failure_class else None
         traj.tamper_flags = list(result.tamper_flags)
+        traj.swebench_log_resolved = result.swebench_log_resolved
         traj.resolved = None if result.is_infra_error else result.resolved
         details = result.tests.values()
         traj.fail_to_pass_passed = sum(1 for d in details if d.expected == "FAIL_TO_PASS" and d.passed)

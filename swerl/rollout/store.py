@@ -32,6 +32,7 @@ generation_s, environment_s, wall_s, sandbox_s  float64  time split (sandbox: st
 resolved             bool (null)      grading outcome (null = not graded)
 grade_failure        string (null)    the grader's failure class
 tamper_flags         list<string>     tamper signature classes in the patch (swerl.grading.tamper_flags)
+swebench_log_resolved bool (null)    swebench's grading functions on the same log (before swerl's layers)
 fail_to_pass_passed, pass_to_pass_failed  int32 (null)
 messages_json        string           the conversation as chat messages (JSON)
 turns_json           string           per-turn records (JSON)
@@ -75,6 +76,7 @@ SCHEMA = pa.schema(
         ("resolved", pa.bool_()),
         ("grade_failure", pa.string()),
         ("tamper_flags", pa.list_(pa.string())),
+        ("swebench_log_resolved", pa.bool_()),
         ("fail_to_pass_passed", pa.int32()),
         ("pass_to_pass_failed", pa.int32()),
         ("messages_json", pa.string()),

@@ -63,8 +63,11 @@ def test_conftest_forcing_every_test_to_pass_is_dropped(grade, target, tmp_path)
     )
     patch = git_patch(repo, task.base_commit, {"conftest.py": conftest, f"{source_file(task).rsplit('/', 1)[0]}/conftest.py": conftest}, tmp_path)
     res = grade(patch)
-    assert (res.resolved, res.failure_class) == (False, FailureClass.NO_PATCH)
-    assert res.dropped_files["conftest.py"] == "file is a test module"
+    # the root's is loaded for the task's tests and dropped; the library folder's is never loaded by them
+    assert (res.resolved, res.failure_class) == (False, FailureClass.TESTS_FAILED)
+    assert res.dropped_files == {"conftest.py": "pytest loads this conftest.py for the task's tests"}
+    assert res.reason.startswith("swerl did not apply 1 file(s) of the patch: conftest.py (pytest loads this "
+                                 "conftest.py for the task's tests); ")
 
 
 def test_sitecustomize_and_pth_hooks_are_dropped(grade, target, tmp_path):

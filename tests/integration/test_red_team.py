@@ -203,7 +203,7 @@ def test_the_container_guard_puts_back_what_the_diff_reader_missed(tasks, tmp_pa
     res = grade(task, image, task.patch + fuzzy_carrier(task) + context_new_file("conftest.py", FORCE_PASS), tmp_path)
     # the gold fix is real, so it resolves: but the planted conftest.py was removed in the container
     assert res.resolved is True, res.reason
-    assert res.dropped_files == {"conftest.py": "changed in the container although protected (file is a test module); put back"}
+    assert res.dropped_files == {"conftest.py": "changed in the container although protected (pytest loads this conftest.py for the task's tests); put back"}
 
 
 @pytest.mark.parametrize("which", ["idna", "toolz"])

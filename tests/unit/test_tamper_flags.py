@@ -28,9 +28,13 @@ def test_an_honest_fix_and_removed_lines_raise_no_flag():
 
 
 def test_flags_are_counted_per_iteration():
-    def traj(flags, failure=None):
+    def traj(flags, failure=None, plain=None):
         return Trajectory(instance_id="a__b-1", sample_index=0, trajectory_id="t", policy_version="v", model="m",
-                          engine="scripted", exit_reason=ExitReason.submitted, tamper_flags=flags, grade_failure=failure)
+                          engine="scripted", exit_reason=ExitReason.submitted, tamper_flags=flags, grade_failure=failure,
+                          resolved=failure is None, swebench_log_resolved=plain)
 
-    got = grading_metrics([traj([]), traj(["proc_fs", "xfail_skip"], "tampered"), traj(["xfail_skip"])])
-    assert got == {"tamper_flags": 2.0, "tampered": 1.0, "tamper_flag_proc_fs": 1.0, "tamper_flag_xfail_skip": 2.0}
+    got = grading_metrics([traj([]), traj(["proc_fs", "xfail_skip"], "tampered", plain=True), traj(["xfail_skip"]),
+                           traj([], "tests_failed", plain=True), traj([], "tampered", plain=False), traj([], None, plain=True)])
+    # the plain reading resolved three; swerl refused two of them (one tampered, one whose listed tests failed)
+    assert got == {"tamper_flags": 2.0, "tampered": 2.0, "tamper_flag_proc_fs": 1.0, "tamper_flag_xfail_skip": 2.0,
+                   "refused_by_layers": 2.0, "refused_by_layers_tampered": 1.0, "refused_by_layers_tests_failed": 1.0}
