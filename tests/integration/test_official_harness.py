@@ -14,6 +14,7 @@ newline (which swebench cannot apply, so neither may swerl).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -67,6 +68,19 @@ def _fuzzed(patch: str) -> str:
     return "\n".join(lines)
 
 
+def _miscounted(patch: str) -> str:
+    """The first hunk header claiming one line more on each side than its body has: malformed for git and patch."""
+    return re.sub(r"^@@ -(\d+),(\d+) \+(\d+),(\d+) @@",
+                  lambda m: f"@@ -{m[1]},{int(m[2]) + 1} +{m[3]},{int(m[4]) + 1} @@", patch, count=1, flags=re.M)
+
+
+def _malformed(patch: str) -> str:
+    """A line without a hunk marker inside the first hunk: corrupt for git apply, malformed for patch."""
+    lines = patch.split("\n")
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("@@")) + 3
+    return "\n".join([*lines[:at], "this line has no marker", *lines[at:]])
+
+
 def predictions(records: dict, tasks: dict, repos: Path, tmp: Path) -> list[tuple[str, str, str, bool]]:
     """(instance_id, name, patch, legitimate) for every prediction graded both ways."""
     out = []
@@ -95,6 +109,8 @@ def predictions(records: dict, tasks: dict, repos: Path, tmp: Path) -> list[tupl
             out += [
                 (iid, "fuzzy_context", _fuzzed(gold), True),
                 (iid, "crlf", gold.replace("\n", "\r\n"), True),
+                (iid, "bad_hunk_counts", _miscounted(gold), True),
+                (iid, "malformed", _malformed(gold), True),
                 (iid, "partial", variant(repo, task.base_commit, "", {
                     "eventbus/bus.py": lambda t: t.replace("self._handlers = handlers", "self._handlers = dict(handlers)")},
                     tmp), True),
@@ -112,7 +128,8 @@ def swebench_verdicts(records: dict, preds: list, run_id: str) -> list[bool]:
     def one(index_pred):
         index, (iid, name, patch, _) = index_pred
         pred = {"instance_id": iid, "model_name_or_path": f"{name}-{index}", "model_patch": patch}
-        got = run_instance(make_test_spec(records[iid]), pred, client, run_id, timeout=600)
+        # one run id a prediction: swebench names its container by instance and run, one prediction per instance
+        got = run_instance(make_test_spec(records[iid]), pred, client, f"{run_id}-{index}", timeout=600)
         return bool(got and got[1][iid]["resolved"])
 
     with ThreadPoolExecutor(2) as pool:
@@ -140,13 +157,15 @@ def test_swerl_agrees_with_swebench_s_harness_on_every_legitimate_patch_and_is_s
     # the comparison is not vacuous: what each harness resolves is known
     for iid in tasks:
         expected = {"gold": True, "empty": False, "testing_folder_helper": True, "new_top_level_module": True,
-                    "pyproject_metadata": True, "no_final_newline": False, "planted_conftest": True}
+                    "pyproject_metadata": True, "no_final_newline": True, "planted_conftest": True}
         if iid.startswith("swerl-demo__eventbus"):
-            expected.update(fuzzy_context=True, crlf=True, partial=False)
+            expected.update(fuzzy_context=True, crlf=True, bad_hunk_counts=True, malformed=False, partial=False)
         assert {name: table[(i, name)][0] for i, name in table if i == iid} == expected, iid
     by_name = {name: mine for (iid, name, _, _), mine in zip(preds, ours) if iid.startswith("swerl-demo__eventbus")}
-    assert by_name["no_final_newline"].failure_class is FailureClass.APPLY_FAILED
-    assert by_name["no_final_newline"].repairs == []
+    # cut before its final newline, these patches defeat git apply; swebench's last command, GNU patch, takes them
+    assert (by_name["no_final_newline"].applied_with, by_name["no_final_newline"].repairs) == (
+        "patch --batch --forward --fuzz=5 -p1", [])
+    assert by_name["malformed"].failure_class is FailureClass.APPLY_FAILED
     assert by_name["fuzzy_context"].applied_with == "patch --batch --forward --fuzz=5 -p1"
     assert by_name["gold"].applied_with == "git apply --verbose"
     assert by_name["planted_conftest"].dropped_files == {"conftest.py": "pytest loads this conftest.py for the task's tests"}
@@ -158,6 +177,6 @@ def test_swerl_agrees_with_swebench_s_harness_on_every_legitimate_patch_and_is_s
 def test_a_repair_is_opt_in_and_recorded(published, tmp_path):
     _, tasks, _ = published
     task = tasks["swerl-demo__eventbus-1"]
-    res = grade_many([(task, task.patch.rstrip("\n"), task.image, "cut")], GradingConfig(repair_patches=True),
-                     concurrency=1)[0]
-    assert (res.resolved, res.repairs, res.applied_with) == (True, ["final newline"], "git apply --verbose")
+    cut = _miscounted(task.patch).rstrip("\n")
+    res = grade_many([(task, cut, task.image, "cut")], GradingConfig(repair_patches=True), concurrency=1)[0]
+    assert (res.resolved, res.repairs, res.applied_with) == (True, ["final newline", "hunk counts"], "git apply --verbose")
