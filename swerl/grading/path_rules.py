@@ -256,6 +256,28 @@ def _git(root: str, *args: str) -> str:
                           text=True, check=False).stdout
 
 
+def in_commit(root: str, commit: str, paths: list[str]) -> set[str]:
+    """Which of ``paths`` exist in ``commit`` (one git process, however many paths)."""
+    asked = [p for p in paths if "\n" not in p]
+    if not asked:
+        return set()
+    out = subprocess.run(["git", "-C", root, "cat-file", "--batch-check"], input="".join(f"{commit}:{p}\n" for p in asked),
+                         capture_output=True, text=True, check=False).stdout.splitlines()
+    return {p for p, line in zip(asked, out) if not line.endswith(" missing")}
+
+
+def differ_from(root: str, commit: str, paths: list[str]) -> set[str]:
+    """Which of ``paths`` (files of ``commit``) differ from it in the working tree, content or mode; only these
+    are read, so the cost follows the patch, not the repository."""
+    found: set[str] = set()
+    for i in range(0, len(paths), 500):  # argv stays short; pathspecs are literal, whatever the names hold
+        out = subprocess.run(["git", "-C", root, "diff", "--name-only", "--no-renames", "-z", commit, "--",
+                              *paths[i:i + 500]], capture_output=True, text=True, check=False,
+                             env={**os.environ, "GIT_LITERAL_PATHSPECS": "1"})
+        found |= set(out.stdout.split("\0")) - {""} if out.returncode == 0 else set(paths[i:i + 500])
+    return found
+
+
 def _read_text(path: str) -> str | None:
     try:
         with open(path, "rb") as f:
@@ -303,13 +325,14 @@ def guard(root: str, before_file: str, base: str, scope: dict, rules: dict) -> d
     now = dict(_walk(root))
     # swebench's apply chain resets the tree between its commands (git checkout, git clean), which rewrites
     # files without changing them: a file of base_commit counts as changed only when it differs from it
-    tracked = set(_git(root, "ls-tree", "-r", "--name-only", "-z", base).split("\0")) - {""}
-    differs = set(_git(root, "diff", "--name-only", "--no-renames", "-z", base, "--").split("\0")) - {""}
-    changed = {p: st for p, st in now.items() if st.st_ctime_ns >= stamp and (p not in tracked or p in differs)}
+    touched = [p for p, st in now.items() if st.st_ctime_ns >= stamp]
+    gone = [p for p in before["paths"] if p not in now]
+    tracked = in_commit(root, base, touched + gone)
+    differs = differ_from(root, base, [p for p in touched if p in tracked])
+    changed = {p: now[p] for p in touched if p not in tracked or p in differs}
     # what the patch deleted (or renamed away) leaves no inode behind: it existed before and not now (an
     # untracked file the reset's git clean removed is no change of the patch's unless the patch names it)
-    changed.update({p: None for p in before["paths"]
-                    if p not in now and (p in tracked or p in scope.get("patch_paths", ()))})
+    changed.update({p: None for p in gone if p in tracked or p in scope.get("patch_paths", ())})
     names: list[set[str]] = []
 
     def provided() -> set[str]:
