@@ -25,8 +25,9 @@ computed on the host) names its test files, the folders they live in and where p
   packages or extensions, bytecode;
 * in the container only: a NEW top-level module or package at an import root (the repository
   root or ``src/``) whose name the environment already provides (the standard library, a
-  site-packages module): it would shadow what the interpreter or the runner imports. A new
-  module of any other name is the fix's own;
+  site-packages module), a start-up file imports (``*.pth``, ``sitecustomize``) or pytest imports
+  when present (``RUNNER_NAMES``): it would answer the interpreter or the runner. A new module of
+  any other name is the fix's own;
 * ``.git``, paths outside the repository, and symbolic links.
 """
 
@@ -140,23 +141,43 @@ def new_top_level_module(path: str, before) -> str | None:
 _CLEAN_HEADER = re.compile(r"^\[\[?\s*([A-Za-z0-9_.:\-]+(?:\s*\.\s*[A-Za-z0-9_\-]+)*)\s*\]\]?\s*(?:[#;].*)?$")
 
 
+_KEY = re.compile(r"""^\s*((?:[A-Za-z0-9_\-]+|"[^"\n]*"|'[^'\n]*')(?:\s*\.\s*(?:[A-Za-z0-9_\-]+|"[^"\n]*"|'[^'\n]*'))*)\s*[=:]""")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[\s\"'\[\]]", "", name).lower()
+
+
 def _protected_section(name: str) -> bool:
-    norm = re.sub(r"[\s\"'\[\]]", "", name).lower()
+    norm = _norm(name)
     return any(norm == s or norm.startswith(s + ".") or norm.startswith(s + ":") for s in PROTECTED_SECTIONS)
 
 
-def _sections(text: str) -> list[tuple[str | None, str]]:
-    """Each line with the section it belongs to (None before the first header), read so that a doubt protects:
-    outside a TOML multi-line string, a clean header at the start of a line opens its section; a line that
-    merely looks like a header (indented, quoted names, an array row) opens a section only when its name is a
-    protected one, and otherwise leaves the previous section open, to be judged with it."""
-    out, section, in_string = [], None, None
+def _holds_protected(path: str) -> bool:
+    """Whether a key at dotted ``path`` can hold a protected table inline (``tool``, ``project``, ``tool.poetry``)."""
+    norm = _norm(path)
+    return any(s.startswith(norm + ".") for s in PROTECTED_SECTIONS)
+
+
+def _sections(text: str, toml: bool) -> list[tuple[str | None, str | None, str]]:
+    """Each line with the section and the key it belongs to (None before the first header, or before the first
+    key), read so that a doubt protects: outside a TOML multi-line string, a clean header at the start of a line
+    opens its section; a line that merely looks like a header (indented, quoted names, an array row) opens a
+    section only when its name is a protected one, and otherwise leaves the previous section open, to be judged
+    with it. A line that sets no key (an array's next row, an INI file's indented continuation; in TOML an
+    indented line can set one) belongs to the last key."""
+    out, section, key, in_string = [], None, None, None
     for line in text.split("\n"):
-        if in_string is None and line.strip().startswith("["):
-            m = _CLEAN_HEADER.match(line)
-            if m or _protected_section(line.strip().split("#", 1)[0]):
-                section = m.group(1) if m else line.strip().strip("[]")
-        out.append((section, line))
+        if in_string is None:
+            if line.strip().startswith("["):
+                m = _CLEAN_HEADER.match(line)
+                if m or _protected_section(line.strip().split("#", 1)[0]):
+                    section, key = (m.group(1) if m else line.strip().strip("[]")), None
+            else:
+                k = _KEY.match(line)
+                if k and (toml or not line[:1].isspace() or key is None):
+                    key = k.group(1)
+        out.append((section, key, line))
         for quote in ('"""', "'''"):
             count = len(re.findall(re.escape(quote), line.replace("\\" + quote[0], "")))
             if count % 2 and (in_string in (None, quote)):
@@ -164,32 +185,39 @@ def _sections(text: str) -> list[tuple[str | None, str]]:
     return out
 
 
-def _line_reason(section: str | None, line: str) -> str | None:
+def _line_reason(section: str | None, key: str | None, line: str) -> str | None:
     stripped = line.strip()
+    if not stripped or stripped.startswith(("#", ";")):
+        return None  # a blank or comment line configures nothing
     if section is not None and _protected_section(section):
         return f"it changes the [{section}] section, which configures the test run, a plugin or the build"
     if stripped.startswith("[") and not _CLEAN_HEADER.match(line):
         return f"it changes a line that may open a section ({stripped[:60]!r})"
-    if "\\" in line:
-        return "it changes a line with an escape, which may spell a protected key"
-    lowered = line.lower()
-    word = next((w for w in RISKY_WORDS if w in lowered), None)
-    if word is not None:
-        return f"it changes a line that mentions {word!r}, which may configure the test run"
+    if key is None:  # not in any key: judge the words
+        lowered = line.lower()
+        word = next((w for w in RISKY_WORDS if w in lowered), None)
+        return f"it changes a line that mentions {word!r}, which may configure the test run" if word else None
+    if "\\" in key:
+        return "it changes a key spelled with an escape, which may spell a protected one"
+    path = f"{section}.{key}" if section else key
+    if _protected_section(path) or _holds_protected(path):
+        return f"it changes {_norm(path)}, which configures the test run, a plugin or the build"
     return None
 
 
-def config_reason(before: str, after: str) -> str | None:
+def config_reason(before: str, after: str, *, toml: bool = True) -> str | None:
     """Why a change from ``before`` to ``after`` of ``setup.cfg`` / ``tox.ini`` / ``pyproject.toml`` may not be
-    applied (it touches a section that configures the test run, registers a plugin or builds the package), or
-    None when it changes only other sections (dependencies, versions, other tools' settings)."""
-    old, new = _sections(before), _sections(after)
-    matcher = difflib.SequenceMatcher(None, [line for _, line in old], [line for _, line in new], autojunk=False)
+    applied (it touches a section or key that configures the test run, registers a plugin or builds the
+    package, or one that could hold such a table inline), or None when it changes only other keys
+    (dependencies, versions, other tools' settings), whatever their values say. ``toml``: pyproject.toml's
+    format (else INI, as setup.cfg and tox.ini)."""
+    old, new = _sections(before, toml), _sections(after, toml)
+    matcher = difflib.SequenceMatcher(None, [line for *_, line in old], [line for *_, line in new], autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
-        for section, line in old[i1:i2] + new[j1:j2]:
-            reason = _line_reason(section, line)
+        for section, key, line in old[i1:i2] + new[j1:j2]:
+            reason = _line_reason(section, key, line)
             if reason:
                 return reason
     return None
@@ -197,13 +225,21 @@ def config_reason(before: str, after: str) -> str | None:
 
 # --- what the environment provides ---------------------------------------------------------------------
 
-_LIB_DIRS = ("/usr", "/usr/local", "/opt/*", "/opt/*/envs/*", "/root/.local", "/root/.venv", "/venv", "/opt/venv")
+# what pytest imports when it is there (optional dependencies, colour, completion, plugins' hosts): a new module of
+# such a name would answer the runner itself, even where the environment lacks it
+RUNNER_NAMES = ("pytest", "_pytest", "py", "pluggy", "iniconfig", "packaging", "tomli", "tomllib", "exceptiongroup",
+                "importlib_metadata", "pygments", "colorama", "argcomplete", "pexpect", "readline", "attr", "attrs",
+                "xdist", "execnet", "twisted", "nose", "mock", "unittest2", "zope", "typing_extensions", "numpy",
+                "hypothesis", "_hypothesis_pytestplugin", "coverage", "pytest_cov", "apport_python_hook")
+_IMPORTED = re.compile(r"\bfrom\s+([A-Za-z_]\w*)[\w.]*\s+import\b|\bimport\s+([\w., \t]+)|__import__\(\s*['\"]([A-Za-z_]\w*)")
+_LIB_DIRS = ("/usr", "/usr/local", "/opt/*", "/opt/*/envs/*", "/opt/*/*", "/root/.local", "/root/.venv", "/root/*",
+             "/venv", "/venv/*", "/home/*/.venv", "/home/*/.local", "/testbed/.venv", "/testbed/venv", "/py*")
 
 
 def provided_names() -> set[str]:
     """Top-level module names the sandbox's Pythons provide outside the repository: built-ins, the standard
     library and every site-packages (a new module of one of these names at an import root shadows it)."""
-    names = set(sys.builtin_module_names) | set(getattr(sys, "stdlib_module_names", ()))
+    names = set(sys.builtin_module_names) | set(getattr(sys, "stdlib_module_names", ())) | set(RUNNER_NAMES)
     folders = set(glob.glob("/usr/lib/python3/dist-packages"))
     for prefix in _LIB_DIRS:
         for lib in glob.glob(f"{prefix}/lib/python3*"):
@@ -216,6 +252,23 @@ def provided_names() -> set[str]:
         for entry in entries:
             if entry.endswith(MODULE_SUFFIXES) or "." not in entry:
                 names.add(entry.split(".", 1)[0])
+            if entry.endswith(".pth") or entry.split(".", 1)[0] in STARTUP_MODULES:
+                names.update(_startup_imports(os.path.join(folder, entry)))
+    return {n for n in names if n.isidentifier()}
+
+
+def _startup_imports(path: str) -> set[str]:
+    """The top-level names a start-up file (a ``.pth``, a ``sitecustomize``) imports: a module of one of these
+    names that the environment lacks would be imported from the repository before any test runs."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            found = _IMPORTED.findall(f.read(200_000))
+    except OSError:
+        return set()
+    names = set()
+    for origin, listed, dunder in found:
+        names.add(origin or dunder)
+        names.update(part.split(" as ")[0].strip().split(".")[0] for part in listed.split(","))
     return {n for n in names if n.isidentifier()}
 
 
@@ -304,7 +357,7 @@ def change_reason(root: str, path: str, exists: bool, is_link: bool, before: dic
         new = _read_text(os.path.join(root, path)) if exists and not is_link else ""
         if new is None:
             return "configuration file too large or unreadable to judge its change"
-        why = config_reason(old or "", new)
+        why = config_reason(old or "", new, toml=name.endswith(".toml"))
         return f"{why} ({name})" if why else None
     if path not in before["paths"]:
         module = new_top_level_module(path, before["paths"])

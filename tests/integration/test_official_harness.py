@@ -25,6 +25,7 @@ import pytest
 
 from swerl.data.loaders import load_tasks
 from swerl.demo.swebench_format import materialize_swebench_demo
+from swerl.grading.diffs import split_diff
 from swerl.grading.grader import GradingConfig, grade_many
 from swerl.grading.results import FailureClass
 
@@ -173,6 +174,51 @@ def test_swerl_agrees_with_swebench_s_harness_on_every_legitimate_patch_and_is_s
     # swebench's containers for this run are gone, as run_instance removes its own
     left = subprocess.run(["docker", "ps", "-a", "--filter", f"name=.{run_id}", "-q"], capture_output=True, text=True)
     assert left.stdout.strip() == ""
+
+
+@pytest.fixture(scope="module")
+def pypi(docker_ready, tmp_path_factory):
+    """The real-package tasks (tests/support/pypi_tasks.py) as SWE-bench 5 records of their own images: the
+    publisher's eval script, without conda (their Python is on PATH), running the files their tests live in."""
+    from swerl.demo.swebench_records import eval_script, swebench_record
+    from tests.support.pypi_tasks import TASK_SPECS, TEST_CMD, publish
+
+    root = tmp_path_factory.mktemp("official-pypi")
+    published = publish(root)
+    related = {s.instance_id: s.package.related_tests for s in TASK_SPECS}
+    records = {}
+    for task in load_tasks(published.tasks_file).tasks:
+        record = swebench_record(task, published.images[task.instance_id])
+        script = eval_script(task, test_cmd=f"{TEST_CMD} {' '.join(related[task.instance_id])}")
+        record["eval_script"] = "".join(line for line in script.splitlines(keepends=True) if "activate" not in line)
+        records[task.instance_id] = record
+    path = root / "swebench.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records.values()))
+    return records, {t.instance_id: t for t in load_tasks(path).tasks}, published.repos_dir
+
+
+def test_on_real_packages_swerl_agrees_with_swebench_s_harness(pypi, tmp_path, monkeypatch):
+    records, tasks, repos = pypi
+    preds = []
+    for iid, task in tasks.items():
+        repo = repos / task.repo.replace("/", "__")
+        pkg = next(s.path.split("/")[0] for s in split_diff(task.patch))  # the package the fix is in
+        preds += [
+            (iid, "gold", task.patch, True),
+            (iid, "empty", "", True),
+            (iid, "testing_folder_helper", variant(repo, task.base_commit, task.patch, {
+                f"{pkg}/testing/__init__.py": "MARK = 'library code in a folder named testing'\n",
+                f"{pkg}/__init__.py": lambda t, pkg=pkg: t + f"\nfrom {pkg}.testing import MARK as _MARK  # noqa: F401\n"},
+                tmp_path), True),
+        ]
+    monkeypatch.chdir(tmp_path)
+    official = swebench_verdicts(records, preds, f"swerl-oracle-{uuid.uuid4().hex[:8]}")
+    ours = grade_many([(tasks[iid], patch, tasks[iid].image, name) for iid, name, patch, _ in preds],
+                      GradingConfig(log_dir=tmp_path / "swerl"), concurrency=2)
+    table = {(iid, name): (theirs, mine.resolved, mine.failure_class, mine.reason[:300])
+             for (iid, name, _, _), theirs, mine in zip(preds, official, ours)}
+    assert {key: row[0] for key, row in table.items()} == {key: key[1] != "empty" for key in table}, table
+    assert {key: row[1] for key, row in table.items()} == {key: row[0] for key, row in table.items()}, table
 
 
 def test_a_repair_is_opt_in_and_recorded(published, tmp_path):

@@ -294,3 +294,16 @@ def test_the_plugin_list_reads_entry_points_as_importlib_metadata_does(tmp_path,
     expected = subprocess.run([sys.executable, "-I", "-c", f"import importlib.metadata as m; {names}"],
                               capture_output=True, text=True, check=True).stdout.split()
     assert expected and listed.split() == [w for n in expected for w in ("-p", n)]
+
+
+def test_an_xfail_published_with_its_reason_under_parse_log_pytest_v2_is_pytest_s_xfailed_node():
+    # the publisher's parser keeps an XFAIL line's reason in the id; the gold run had the same XFAIL
+    listed = "tests/test_b.py::test_other - explanation, gh issue #12"
+    task = Task.model_validate({**TASK.model_dump(), "PASS_TO_PASS": ["tests/test_a.py::test_old", listed],
+                                "install_config": {"log_parser": "parse_log_pytest_v2"}, "gold_statuses": {listed: "XFAIL"}})
+    assert task.parser_name == "parse_log_pytest_v2"
+    log = log_of({"tests/test_a.py::test_fix": "PASSED", "tests/test_a.py::test_old": "PASSED"}).replace(
+        ">>>>> End", f"XFAIL {listed}\n>>>>> End")
+    report = {"complete": True, "tests": {**ALL_PASS, "tests/test_b.py::test_other": "XFAIL"}}
+    v = judge(task, log, report, 0, True, parser=get_log_parser("parse_log_pytest_v2"))
+    assert (v.resolved, v.log_valid, v.tests[listed].status) == (True, True, "XFAIL"), v.reason

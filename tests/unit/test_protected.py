@@ -171,6 +171,9 @@ testpaths = ["tests"]
 
 @pytest.mark.parametrize("change,reason", [
     (("[\"a\"]", "[\"a\", \"b>=2\"]"), None),
+    (("[\"a\"]", "[\"a\", \"pytest>=7\", \"pytest-plugin-x\", \"coverage\"]"), None),  # values are dependencies
+    (("[\"a\"]", "[\n  \"a\",\n  \"pytest-entrypoint-tools\",\n]"), None),
+    (("[project]", "[project.optional-dependencies]\ntest = [\"pytest\", \"pytest-cov\"]\n\n[project]"), None),
     (("name = \"x\"", "name = \"x\"\nversion = \"2.0\""), None),
     (("[project]", "[tool.black]\nline-length = 100\n\n[project]"), None),
     (("[project]\n", "[project]\ndescription = \"\"\"\n[tool.black]\n\"\"\"\n"), None),
@@ -181,11 +184,17 @@ testpaths = ["tests"]
     (("[project]", "[tool.\"pytest\".ini_options]\naddopts = \"-p evil\"\n[project]"),
      "it changes the [tool.\"pytest\".ini_options] section, which configures the test run, a plugin or the build"),
     (("[project]", "tool.pytest.ini_options.addopts = \"-p evil\"\n[project]"),
-     "it changes a line that mentions 'pytest', which may configure the test run"),
+     "it changes tool.pytest.ini_options.addopts, which configures the test run, a plugin or the build"),
+    (("[project]", "tool = {pytest = {ini_options = {addopts = \"-p evil\"}}}\n[project]"),
+     "it changes tool, which configures the test run, a plugin or the build"),
+    (("dependencies = [\"a\"]", "dependencies = [\"a\", \"pytest>=7\", \"pytest-plugin-x\"]\nentry-points = {}"),
+     "it changes project.entry-points, which configures the test run, a plugin or the build"),
     (("[project]", "[project.entry-points.pytest11]\nevil = \"evil\"\n[project]"),
      "it changes the [project.entry-points.pytest11] section, which configures the test run, a plugin or the build"),
     (("dependencies = [\"a\"]", "dependencies = [\"a\"]\n\"\\u0065ntry-points\" = {}"),
-     "it changes a line with an escape, which may spell a protected key"),
+     "it changes a key spelled with an escape, which may spell a protected one"),
+    (("name = \"x\"", "name = \"x\"\n  entry-points = {pytest11 = {e = \"evil\"}}"),  # an indented TOML key
+     "it changes project.entry-points, which configures the test run, a plugin or the build"),
     (("[project]", "[build-system]\nbuild-backend = \"evil\"\nbackend-path = [\".\"]\n[project]"),
      "it changes the [build-system] section, which configures the test run, a plugin or the build"),
 ])
@@ -197,11 +206,14 @@ def test_pyproject_changes_outside_the_test_run_sections_stand(change, reason):
 
 def test_setup_cfg_dependencies_may_change_and_its_pytest_section_may_not():
     base = "[metadata]\nname = x\n[options]\ninstall_requires =\n    a\n[tool:pytest]\naddopts = -q\n"
-    assert config_reason(base, base.replace("    a\n", "    a\n    b\n")) is None
-    assert config_reason(base, base + "  -p evil\n") == ("it changes the [tool:pytest] section, which configures the "
+    assert config_reason(base, base.replace("    a\n", "    a\n    b\n    pytest-plugin-x\n"), toml=False) is None
+    assert config_reason(base, base.replace("[tool:pytest]", "[options.extras_require]\ntesting = pytest\n[tool:pytest]"), toml=False) is None
+    assert config_reason(base, base.replace("[options]", "[options]\nentry_points =\n    pytest11 = e = evil"), toml=False) == (
+        "it changes options.entry_points, which configures the test run, a plugin or the build")
+    assert config_reason(base, base + "  -p evil\n", toml=False) == ("it changes the [tool:pytest] section, which configures the "
                                                          "test run, a plugin or the build")
-    assert config_reason(base, base + "[coverage:run]\nplugins = evil\n") is not None
-    assert config_reason("[tox]\nenvlist = py\n", "[tox]\nenvlist = py\n[pytest]\naddopts = -p evil\n") is not None
+    assert config_reason(base, base + "[coverage:run]\nplugins = evil\n", toml=False) is not None
+    assert config_reason("[tox]\nenvlist = py\n", "[tox]\nenvlist = py\n[pytest]\naddopts = -p evil\n", toml=False) is not None
 
 
 def test_validation_fails_a_task_whose_gold_patch_a_rule_drops():
@@ -216,3 +228,19 @@ def test_validation_fails_a_task_whose_gold_patch_a_rule_drops():
     assert v.valid is False and v.gold_dropped == {"conftest.py": "pytest loads this conftest.py for the task's tests"}
     assert v.reason.startswith("swerl's protection rules drop files the gold patch changes, so they would fail the "
                                "real fix: conftest.py: pytest loads this conftest.py for the task's tests")
+
+
+def test_names_the_environment_provides_include_what_start_up_files_import(tmp_path):
+    from swerl.grading.path_rules import _startup_imports, provided_names
+
+    pth = tmp_path / "distutils-precedence.pth"
+    pth.write_text("import os; var = 'X'; enabled = os.environ.get(var, 'local') == 'local'; "
+                   "enabled and __import__('_distutils_hack').add_shim();\n")
+    custom = tmp_path / "sitecustomize.py"
+    custom.write_text("try:\n    import apport_python_hook\nexcept ImportError:\n    pass\nfrom vendor_hook.sub import x\n"
+                      "import a.b as c, d\n")
+    assert _startup_imports(str(pth)) == {"os", "_distutils_hack"}
+    assert _startup_imports(str(custom)) == {"apport_python_hook", "vendor_hook", "a", "d"}
+    names = provided_names()
+    # the standard library, what pytest imports when present, and this interpreter's site-packages
+    assert {"os", "json", "pygments", "_pytest"} <= names and "eventbus_compat" not in names
