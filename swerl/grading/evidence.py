@@ -24,7 +24,7 @@ class MalformedReport(ValueError):
 
 
 def report_from_events(raw: bytes) -> dict | None:
-    """``{complete, exitstatus, tests, runs, collect_errors}`` from the event lines; None when pytest sent
+    """``{complete, exitstatus, tests, runs, collect_errors, hooks}`` from the event lines; None when pytest sent
     nothing (it never started, or never loaded the plugin). ``runs`` counts each test's call phases."""
     try:
         return _report_from_events(raw)
@@ -45,6 +45,7 @@ def _report_from_events(raw: bytes) -> dict | None:
     runs: dict[str, int] = {}
     errors: list[dict] = []
     finishes: list[int] = []
+    hooks: list[list[str]] = []
     lines = [line for line in text.split("\n") if line.strip()]
     if not lines:
         return None
@@ -59,18 +60,24 @@ def _report_from_events(raw: bytes) -> dict | None:
                 runs[event["id"]] = runs.get(event["id"], 0) + 1
         elif kind == "collect_error":
             errors.append({"nodeid": event["nodeid"], "longrepr": event["longrepr"]})
+        elif kind == "hooks":
+            for impl in event["impls"]:
+                if type(impl) is not list or len(impl) != 3 or any(type(x) is not str for x in impl):
+                    raise MalformedReport(f"event {number}: a hook implementation is not [hook, file, function]")
+                hooks.append(impl)
         else:
             finishes.append(event["exitstatus"])
     # several sessions (or a forged finish): any unclean one makes the run unclean
     exitstatus = next((code for code in finishes if code != 0), 0)
     return {"complete": bool(finishes), "exitstatus": exitstatus, "tests": tests, "runs": runs,
-            "sessions": len(finishes), "collect_errors": errors}
+            "sessions": len(finishes), "collect_errors": errors, "hooks": hooks}
 
 
 _SCHEMA = {
     "test": {"id": str, "status": str, "phase": str},
     "collect_error": {"nodeid": str, "longrepr": str},
     "finish": {"exitstatus": int},
+    "hooks": {"impls": list},
 }
 PHASES = frozenset({"setup", "call", "teardown"})
 

@@ -36,7 +36,7 @@ from swerl.envs.docker_sandbox import DockerSandboxConfig, concurrency_slots
 from swerl.envs.factory import SandboxConfig, make_sandbox
 from swerl.envs.sandbox import RunnerFailed, Sandbox, SandboxError, run_alone
 from swerl.grading.evidence import MalformedReport, RootAnswer, report_from_events, root_answer, tripwire_records
-from swerl.grading.judge import START_TEST_OUTPUT, judge
+from swerl.grading.judge import START_TEST_OUTPUT, added_hooks, judge
 from swerl.grading.plan import Logs, Plan, make_plan
 from swerl.grading.protected import ProtectedPathsConfig
 from swerl.grading.results import FailureClass, GradeResult
@@ -127,6 +127,9 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
     except MalformedReport as e:  # whatever the events hold, reading them raises nothing else
         tampering = f"pytest's evidence holds something the plugin never sends: {e}"
         report = None
+    if report is not None and not tampering and plan.added_defs is not None:
+        tampering = added_hooks(report.get("hooks") or [], config.sandbox.workdir,
+                                (answer.guard or {}).get("changed") or [], plan.added_defs)
     if plan.tripwire and report is not None:
         if answer.pre_tests is None:
             raise SandboxError("pytest ran but root's step before the tests (plugins, tripwire) left no record")

@@ -105,6 +105,7 @@ class Plan:
     no_patch: bool
     canaries: bool  # root writes canaries into the test files
     tripwire: bool  # root installs the tripwire into the tests' interpreter
+    added_defs: dict[str, list[str]]  # per file the diff applied, the functions and names its added lines define
 
 
 def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult, logs: Logs) -> Plan | None:
@@ -123,6 +124,7 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
     # printing its stage line first, so a failure says which step it was
     setup: list[tuple[str, dict | str]] = []
     scope = task_scope(task, _test_command_text(task), config.protected, config.sandbox.workdir)
+    added_defs: dict[str, list[str]] = {}
     if not no_patch:
         try:
             kept, dropped = filter_sections(split_diff(patch), scope, config.protected)
@@ -144,6 +146,7 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
             elif not patch.endswith("\n") and kept[-1].text == sections[-1].text:
                 applied = applied[:-1]  # as published: swebench's commands refuse a patch cut short of its newline
             logs.write("applied.diff", applied)
+            added_defs = added_definitions(kept)
             files[f"{WORK}/agent.patch"] = (applied, 0o644)
             guard_args = {"root": config.sandbox.workdir, "before": f"{WORK}/before-{nonce}.json", "base": task.base_commit,
                           "scope": {**scope, "patch_paths": sorted({p for s in sections for p in s.paths})},
@@ -208,7 +211,7 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
         "exit $swerl_rc",
     ])
     return Plan(files, command, tests_line, f"{FRAME_LINE}{secret} ", events, isolation.uid is not None, script, parser,
-                no_patch, canaries, wire is not None)
+                no_patch, canaries, wire is not None, added_defs)
 
 
 # swebench's run_instance: these commands in this order, the tree reset before each retry, then a patch
@@ -264,6 +267,22 @@ def recount_hunks(diff: str) -> str:
         out.extend(lines[i + 1:j])
         i = j
     return "\n".join(out)
+
+
+_DEFINED = re.compile(r"^\+\s*(?:async\s+def|def|class)\s+(\w+)|^\+\s*(\w+)\s*(?::[^=]*)?=(?!=)")
+
+
+def added_definitions(sections) -> dict[str, list[str]]:
+    """Per file a section creates or changes, the names its added lines define (functions, classes, assignments):
+    a hook implementation of one of these names is the patch's."""
+    out: dict[str, list[str]] = {}
+    for section in sections:
+        if section.new_path is None:
+            continue
+        names = {a or b for line in section.text.split("\n") if (m := _DEFINED.match(line)) for a, b in [m.groups()]}
+        if names:
+            out[section.new_path] = sorted(names)
+    return out
 
 
 def root_answer_lines(evidence: str) -> list[str]:

@@ -160,3 +160,44 @@ def test_a_wrong_fix_is_tests_failed_with_per_test_detail(grade, target, tmp_pat
     assert (res.resolved, res.failure_class, res.log_valid) == (False, FailureClass.TESTS_FAILED, True)
     assert [res.tests[t].status for t in task.FAIL_TO_PASS] == ["FAILED"] * len(task.FAIL_TO_PASS)
     assert all(res.tests[t].passed for t in task.PASS_TO_PASS)
+
+
+def _star_importing_task(task, repo, pkg, tmp_path):
+    """The task with a conftest in its test patch that star-imports a library module, as matplotlib's does."""
+    conftest = f"try:\n    from {pkg}.testing.plugin import *  # noqa: F401,F403\nexcept ImportError:\n    pass\n"
+    extra = git_patch(repo, task.base_commit, {"tests/conftest.py": conftest}, tmp_path)
+    return task.model_copy(update={"test_patch": task.test_patch + extra})
+
+
+@pytest.mark.parametrize("canaries", [False, True])
+def test_a_hook_added_to_library_code_that_a_conftest_star_imports_is_refused(canaries, target, run_id, tmp_path):
+    from tests.support.payloads import FORCE_PASS
+
+    task, image, repo = target
+    pkg = source_file(task).split("/")[0]
+    starred = _star_importing_task(task, repo, pkg, tmp_path)
+    # no fix: a new library package (not a test folder: none of the task's tests live in it) whose module
+    # defines a pass-forcing hook, registered by the task's own conftest
+    patch = git_patch(repo, task.base_commit, {f"{pkg}/testing/__init__.py": "", f"{pkg}/testing/plugin.py": FORCE_PASS},
+                      tmp_path)
+    config = GradingConfig(log_dir=tmp_path / "logs", canaries=canaries)
+    config.sandbox.run_id = run_id
+    res = grade_prediction(starred, patch, image, config, model_name="attacker")
+    assert (res.resolved, res.failure_class, res.dropped_files) == (False, FailureClass.TAMPERED, {}), res.reason
+    if not canaries:  # the hook layer alone
+        assert res.reason == ("pytest registered a hook implementation the patch adds, which decides what runs or how "
+                              f"it is reported: pytest_runtest_makereport from {pkg}/testing/plugin.py:"
+                              "pytest_runtest_makereport")
+
+
+def test_a_fix_to_library_code_that_a_conftest_star_imports_still_resolves(target, run_id, tmp_path):
+    task, image, repo = target
+    pkg = source_file(task).split("/")[0]
+    starred = _star_importing_task(task, repo, pkg, tmp_path)
+    helper = "import pytest\n\n\n@pytest.fixture\ndef sample_rows():\n    return [['a', 'b']]\n"
+    patch = task.patch + git_patch(repo, task.base_commit, {f"{pkg}/testing/__init__.py": "",
+                                                              f"{pkg}/testing/plugin.py": helper}, tmp_path)
+    config = GradingConfig(log_dir=tmp_path / "logs")
+    config.sandbox.run_id = run_id
+    res = grade_prediction(starred, patch, image, config, model_name="gold+fixture")
+    assert (res.resolved, res.failure_class, res.dropped_files) == (True, None, {}), res.reason

@@ -23,13 +23,46 @@ FINISH_OK = {"event": "finish", "exitstatus": 0}
 
 
 def test_events_become_the_report_the_judge_reads():
-    raw = lines(outcome("t.py::a", "PASSED"), outcome("t.py::a_x1", "FAILED"),
+    hooks = {"event": "hooks", "impls": [["pytest_runtest_makereport", "/testbed/pkg/plug.py", "forced"]]}
+    raw = lines(hooks, outcome("t.py::a", "PASSED"), outcome("t.py::a_x1", "FAILED"),
                 {"event": "collect_error", "nodeid": "u.py", "longrepr": "ImportError"}, FINISH_OK)
     assert report_from_events(raw) == {
         "complete": True, "exitstatus": 0, "tests": {"t.py::a": "PASSED", "t.py::a_x1": "FAILED"},
         "runs": {"t.py::a": 1, "t.py::a_x1": 1}, "sessions": 1,
         "collect_errors": [{"nodeid": "u.py", "longrepr": "ImportError"}],
+        "hooks": [["pytest_runtest_makereport", "/testbed/pkg/plug.py", "forced"]],
     }
+
+
+@pytest.mark.parametrize("impls", [[["a", "b"]], [["a", "b", 3]], ["a"], [["a", "b", "c", "d"]]])
+def test_a_hook_record_that_is_not_three_strings_is_tampering(impls):
+    with pytest.raises(MalformedReport, match="a hook implementation is not"):
+        report_from_events(lines({"event": "hooks", "impls": impls}, FINISH_OK))
+
+
+def test_a_hook_the_patch_added_is_refused_and_one_it_only_changed_is_not():
+    from swerl.grading.judge import added_hooks
+
+    hooks = [["pytest_runtest_makereport", "/testbed/pkg/testing/conftest.py", "forced"],
+             ["pytest_configure", "/testbed/pkg/testing/conftest.py", "pytest_configure"],
+             ["pytest_runtest_setup", "/testbed/tests/conftest.py", "setup"]]
+    added = {"pkg/testing/conftest.py": ["forced", "helper"]}
+    assert added_hooks(hooks, "/testbed", ["pkg/testing/conftest.py"], added) == (
+        "pytest registered a hook implementation the patch adds, which decides what runs or how it is reported: "
+        "pytest_runtest_makereport from pkg/testing/conftest.py:forced")
+    assert added_hooks(hooks, "/testbed", ["pkg/testing/conftest.py"], {"pkg/testing/conftest.py": ["helper"]}) == ""
+    # a file that changed in the container though the applied diff never showed it: any hook from it counts
+    assert added_hooks(hooks, "/testbed", ["pkg/testing/conftest.py"], {}).endswith("conftest.py:pytest_configure")
+
+
+def test_the_names_a_diff_adds_are_its_added_definitions():
+    from swerl.grading.diffs import split_diff
+    from swerl.grading.plan import added_definitions
+
+    diff = ("diff --git a/p.py b/p.py\n--- a/p.py\n+++ b/p.py\n@@ -1,2 +1,6 @@\n def kept():\n-    x = 1\n"
+            "+    x = 2\n+def pytest_runtest_makereport(item, call):\n+    pass\n+class Plug:\n+hook: object = kept\n"
+            "+if a == b:\n")
+    assert added_definitions(split_diff(diff)) == {"p.py": ["Plug", "hook", "pytest_runtest_makereport", "x"]}
 
 
 def test_each_call_phase_counts_as_one_run_of_the_test():

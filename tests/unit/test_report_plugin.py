@@ -75,7 +75,20 @@ def test_outcomes_runs_and_a_clean_finish_come_down_the_pipe(tmp_path):
         "complete": True, "exitstatus": 1, "collect_errors": [], "sessions": 1, "runs": dict.fromkeys(ids, 1),
         "tests": {"test_mod.py::TestUnit::test_a": "PASSED", "test_mod.py::test_b": "FAILED",
                   "test_mod.py::test_c[1]": "PASSED", "test_mod.py::test_c[2]": "PASSED", "test_mod.py::test_c[3]": "PASSED"},
+        "hooks": [],
     }
+
+
+def test_the_outcome_hooks_of_the_project_are_listed_by_file_and_function(tmp_path):
+    helpers = "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef forced(item, call):\n    yield\n"
+    project = project_with(tmp_path, **{"test_mod.py": TESTS, "helpers.py": helpers,
+                                        # a star import registers whatever hooks the library module defines
+                                        "conftest.py": "from helpers import *  # noqa\n"
+                                                       "pytest_runtest_makereport = forced\n"
+                                                       "def pytest_configure(config):\n    pass\n"})
+    report = run_plugin(project)
+    # pytest_configure does not choose, run or report tests; the environment's own plugins are left out
+    assert report["hooks"] == [["pytest_runtest_makereport", str(project / "helpers.py"), "forced"]]
 
 
 def test_root_writes_canaries_beside_pytest_functions_and_unittest_methods(tmp_path):

@@ -11,6 +11,11 @@ exit, by a re-run) cannot undo a failure already sent. The descriptor leaves the
 as this module is imported, before any code under test runs, and the hooks hold what they use
 in closures bound then: replacing a name in this module's namespace changes nothing they do.
 
+At the end of collection it lists which files and functions implement the hooks that choose, run or
+report tests (outside the environment's own plugins): the host refuses a run where one of them is a
+function the patch added, however pytest came to register it (a star import into a conftest, a
+``pytest_plugins`` entry naming library code).
+
 The canaries are not this plugin's: root writes them into the test files before pytest starts
 (``swerl.grading.canaries``), so nothing here tells them apart.
 """
@@ -67,8 +72,37 @@ def _make_hooks():
     def pytest_sessionfinish(session, exitstatus):
         send({"event": "finish", "exitstatus": int(exitstatus)})
 
-    return pytest_runtest_logreport, pytest_collectreport, pytest_sessionfinish
+    import sys
+
+    installed = tuple({p for p in (sys.prefix, sys.base_prefix, sys.exec_prefix) if p})
+
+    def pytest_collection_finish(session):
+        # every implementation of a hook that decides what runs and how it is reported, by the file and the
+        # function it was defined as (the host judges which of them the patch added); the environment's own
+        # plugins are left out, and the lines stay below PIPE_BUF
+        hook, impls = session.config.pluginmanager.hook, []
+        for name in OUTCOME_HOOKS:
+            caller = getattr(hook, name, None)
+            for impl in (caller.get_hookimpls() if caller is not None else ()):
+                code = getattr(impl.function, "__code__", None)
+                where = code.co_filename if code is not None else str(getattr(impl.function, "__module__", ""))
+                if where.startswith(installed) or where == __file__:
+                    continue
+                impls.append([name, where[-300:], code.co_name if code is not None else repr(impl.function)[:80]])
+        for start in range(0, len(impls), 8):
+            send({"event": "hooks", "impls": impls[start:start + 8]})
+
+    return pytest_runtest_logreport, pytest_collectreport, pytest_sessionfinish, pytest_collection_finish
 
 
-pytest_runtest_logreport, pytest_collectreport, pytest_sessionfinish = _make_hooks()
+# hooks whose implementations choose, run or report the tests: one the patch adds can force an outcome
+OUTCOME_HOOKS = (
+    "pytest_runtest_protocol", "pytest_runtest_setup", "pytest_runtest_call", "pytest_runtest_teardown",
+    "pytest_runtest_makereport", "pytest_runtest_logreport", "pytest_report_teststatus", "pytest_pyfunc_call",
+    "pytest_collection", "pytest_collection_modifyitems", "pytest_deselected", "pytest_collect_file",
+    "pytest_pycollect_makeitem", "pytest_pycollect_makemodule", "pytest_make_collect_report", "pytest_collectreport",
+    "pytest_itemcollected", "pytest_ignore_collect", "pytest_runtestloop", "pytest_fixture_setup",
+    "pytest_sessionfinish",
+)
+pytest_runtest_logreport, pytest_collectreport, pytest_sessionfinish, pytest_collection_finish = _make_hooks()
 del _make_hooks
