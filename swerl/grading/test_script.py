@@ -81,39 +81,14 @@ def instrumentation(plugin_dir: str, plugin_module: str) -> list[str]:
     ]
 
 
-# The pytest11 entry points of the test environment as it was built, named explicitly: with
-# PYTEST_DISABLE_PLUGIN_AUTOLOAD nothing else registers itself (metadata a patch plants is not a
-# plugin). Run isolated (-I) so no module of the repository can answer; the metadata files are
-# read directly, as importlib.metadata finds them (sys.path's *.dist-info / *.egg-info), because
-# importing importlib.metadata costs a tenth of a second per grading.
-_LIST_PLUGINS = """\
-import os, sys
-names = set()
-for d in sys.path:
-    try:
-        entries = os.listdir(d or ".")
-    except OSError:
-        continue
-    for e in entries:
-        if not e.endswith((".dist-info", ".egg-info")):
-            continue
-        try:
-            with open(os.path.join(d, e, "entry_points.txt"), encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError):
-            continue
-        section = None
-        for line in text.splitlines():
-            line = line.strip()
-            if line.startswith("["):
-                section = line.strip("[]").strip()
-            elif section == "pytest11" and "=" in line and not line.startswith(("#", ";")):
-                names.add(line.split("=", 1)[0].strip())
-print(" ".join("-p " + n for n in sorted(names) if n and " " not in n))
-# then, as root: the canaries written into the test files (canaries.py, parsed by the tests' own Python), and
-# the tripwire (resources/swerl_tripwire.py) into this interpreter's site-packages: a module and a .pth that
-# imports it, so every interpreter of this environment starts with the hook in
-import json
+# Root's step just before the tests, in one interpreter of the tests' environment (run isolated, -I, so no
+# module of the repository can answer): the canaries written into the test files (canaries.py, parsed by the
+# tests' own Python), and the tripwire (resources/swerl_tripwire.py) into this interpreter's site-packages: a
+# module and a .pth that imports it, so every interpreter of this environment starts with the hook in.
+# pytest's plugins load as they do under swebench's harness (entry points autoloaded, inner sessions too):
+# the metadata that registers them is root's, the patch's is put back and the tests' is audited.
+_PRE_TESTS = """\
+import json, os, sys
 args = json.loads(sys.argv[2]) if sys.argv[1:2] == ["--swerl-pre-tests"] else {}
 status = {"python": sys.version.split()[0], "tripwire": False}
 if args.get("canaries"):
@@ -153,14 +128,14 @@ if args.get("out"):
 
 def pre_tests(tripwire_src: str | None, evidence: str, canaries_src: str, canaries: dict | None) -> list[str]:
     """Root's lines just before the test command, once the environment is active and the test patch is in, in
-    one interpreter of the tests' environment: the pytest plugins it has (named explicitly, autoload off),
-    the canaries (``canaries``: canaries.build's arguments) and the tripwire installed into it."""
+    one interpreter of the tests' environment: the canaries (``canaries``: canaries.build's arguments) and the
+    tripwire installed into it."""
     args = "--swerl-pre-tests " + shlex.quote(json.dumps({"tripwire_src": tripwire_src, "out": evidence + "/pre_tests.json",
                                                            "canaries_src": canaries_src, "canaries": canaries}))
     return [
         'swerl_py="$(command -v python || command -v python3)"',
-        f"swerl_plugins=\"$(\"$swerl_py\" -I -c {shlex.quote(_LIST_PLUGINS)} {args} 2>/dev/null || true)\"",
-        'export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTEST_ADDOPTS="$swerl_plugins -p no:cacheprovider ${PYTEST_ADDOPTS:-}"',
+        f"\"$swerl_py\" -I -c {shlex.quote(_PRE_TESTS)} {args} >/dev/null 2>&1 || true",
+        'export PYTEST_ADDOPTS="-p no:cacheprovider ${PYTEST_ADDOPTS:-}"',
     ]
 
 

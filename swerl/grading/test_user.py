@@ -293,19 +293,31 @@ def planted_reason(path: str) -> str | None:
     return None
 
 
-STARTUP_GLOBS = ("*.pth", "sitecustomize*", "usercustomize*", "*.pyc", "*.pyo", "__pycache__", "*.egg-link",
-                 "*.dist-info", "*.egg-info")
+STARTUP_GLOBS = ("*.pth", "sitecustomize*", "usercustomize*", "*.egg-link", "*.dist-info", "*.egg-info")
 OUTSIDE = ("/tmp", "/var/tmp", "/dev/shm")  # with the test user's home: every place the tests can write outside the repository
 MAX_AUDITED = 200_000
 
 
-def outside_reason(path: str) -> str | None:
-    """Why a file the tests created outside the repository is evidence of tampering, or None: only what a
-    Python start-up reads (a path hook, a customize module, bytecode, packaging metadata); a conftest or a
-    test file in a temporary folder is what pytest's own tests make there."""
-    for part in path.split("/"):
+def outside_reason(path: str, top: str = "", outside: tuple[str, ...] = OUTSIDE) -> str | None:
+    """Why a file the tests created at ``top``/``path``, outside the repository, is evidence of tampering, or
+    None: what a Python start-up reads (a path hook, a customize module, packaging metadata), and bytecode laid
+    out as a pycache-prefix tree over a real source outside the tests' scratch folders (the repository's, the
+    environment's), which an interpreter pointed at that prefix would load in place of the source. A conftest,
+    a test file or bytecode of the tests' own scratch modules is what pytest's own tests (and pytester's) make."""
+    parts = path.split("/")
+    for part in parts:
         if any(glob_match(part, g) for g in STARTUP_GLOBS):
-            return "a start-up hook, bytecode or packaging metadata outside the repository"
+            return "a start-up hook or packaging metadata outside the repository"
+    if parts[-1].endswith((".pyc", ".pyo")):
+        full = [p for p in (top.rstrip("/") + "/" + path).split("/") if p]
+        stem = parts[-1].split(".", 1)[0]
+        scratch = tuple(o.rstrip("/") + "/" for o in outside if o)
+        for start in range(1, len(full) - 1):  # every way the path can be a prefix followed by a source's folder
+            folder = "/" + "/".join(full[start:-1])
+            if folder.endswith("/__pycache__") or (folder + "/").startswith(scratch):
+                continue
+            if os.path.isfile(os.path.join(folder, stem + ".py")):
+                return f"bytecode over {folder}/{stem}.py laid out as a pycache-prefix tree"
     return None
 
 
@@ -347,7 +359,7 @@ def audit(root: str, uid: int, home: str | None = None, outside: tuple[str, ...]
         if not os.path.isdir(top) or os.path.realpath(top) == os.path.realpath(root):
             continue
         for rel, _ in _owned(top, uid, skip=root):
-            reason = outside_reason(rel) if rel else "more files than an audit reads"
+            reason = outside_reason(rel, top, outside) if rel else "more files than an audit reads"
             if reason:
                 planted[os.path.join(top, rel)] = reason
     return planted

@@ -243,7 +243,53 @@ IDNA = Package(
         """),
 )
 
+PYTEST_MOCK = Package(
+    name="pytest-mock", version="3.14.0",
+    sha256="2719255a1efeceadbc056d6bf3df3d1c5015530fb40cf347c0f9afac88410bd0",
+    repo="pytest-dev/pytest-mock", build="setuptools + setuptools-scm (pyproject.toml); a pytest plugin, by entry point",
+    pyproject_only=True,
+    mutation=Mutation(
+        path="src/pytest_mock/plugin.py", function="resetall", kind="func_pm_arg_swap",
+        old="                    return_value=return_value, side_effect=side_effect\n",
+        new="                    return_value=side_effect, side_effect=return_value\n",
+    ),
+    test_path="tests/test_resetall_flags.py",
+    test_source='''\
+        import pytest
+
+
+        @pytest.mark.parametrize(
+            "return_value, side_effect",
+            [(True, False), (False, True)],
+            ids=["return value only", "side effect only"],
+        )
+        def test_resetall_resets_what_it_is_asked_to(mocker, return_value, side_effect):
+            m = mocker.patch("os.getcwd", return_value="/x")
+            m.side_effect = lambda: "/y"
+            mocker.resetall(return_value=return_value, side_effect=side_effect)
+            assert (m.side_effect is None) is side_effect
+            assert (m.return_value == "/x") is not return_value
+        ''',
+    # its suite runs inner pytest sessions (pytester) that need the plugin loaded by its entry point
+    related_tests=("tests/test_pytest_mock.py",),
+    problem_statement=textwrap.dedent("""\
+        mocker.resetall(return_value=True) resets side_effect instead
+
+        ```python
+        m = mocker.patch("os.getcwd", return_value="/x")
+        m.side_effect = lambda: "/y"
+        mocker.resetall(return_value=True)
+        m.side_effect  # None: it was reset, though only return_value was asked for
+        ```
+
+        The two flags are swapped: `return_value=True` resets the side effect and
+        `side_effect=True` the return value.
+        """),
+)
+
 PACKAGES = (MORE_ITERTOOLS, TOOLZ, IDNA)
+# the shapes SWE-bench has that the three above lack: a pytest plugin whose own tests run pytest in pytest
+SHAPE_SPECS = (TaskSpec(PYTEST_MOCK, "3.11"),)
 # the pyproject.toml-only package installed editable on 3.9; toolz on both Pythons
 TASK_SPECS = (
     TaskSpec(IDNA, "3.9"),

@@ -47,12 +47,24 @@ def test_the_audit_sees_bytecode_anywhere_and_start_up_files_outside_the_reposit
         folder.mkdir(parents=True)
     (repo / "pkg" / "__pycache__" / "test_a.cpython-311.pyc").write_bytes(b"")  # a plain one, not pytest's
     (home / "sitecustomize.py").write_text("")
-    (home / "cache" / "x" / "mod.cpython-311.pyc").write_bytes(b"")  # a PYTHONPYCACHEPREFIX tree
+    (repo / "pkg" / "mod.py").write_text("")
+    mirror = home / "cache" / "x" / str(repo / "pkg").lstrip("/")  # a PYTHONPYCACHEPREFIX tree over the repository
+    mirror.mkdir(parents=True)
+    (mirror / "mod.cpython-311.pyc").write_bytes(b"")
     (scratch / "evil.pth").write_text("")
-    (scratch / "pytest-of-u" / "t0" / "conftest.py").write_text("")  # what pytest's own tests make: allowed
+    # what pytest's own tests (and pytester's) make: allowed
+    (scratch / "pytest-of-u" / "t0" / "conftest.py").write_text("")
+    (scratch / "pytest-of-u" / "t0" / "c.py").write_text("")
+    (scratch / "pytest-of-u" / "t0" / "c.pyc").write_bytes(b"")
+    (scratch / "pytest-of-u" / "t0" / "__pycache__").mkdir()
+    (scratch / "pytest-of-u" / "t0" / "__pycache__" / "c.cpython-311.pyc").write_bytes(b"")
     found = audit(str(repo), os.getuid(), str(home), outside=(str(scratch),))
-    assert sorted(found) == sorted(["pkg/__pycache__/test_a.cpython-311.pyc", f"{home}/cache/x/mod.cpython-311.pyc",
-                                    f"{home}/sitecustomize.py", f"{scratch}/evil.pth"])
+    assert found == {
+        "pkg/__pycache__/test_a.cpython-311.pyc": "bytecode the tests wrote (an import would load it in place of the source)",
+        f"{mirror}/mod.cpython-311.pyc": f"bytecode over {repo}/pkg/mod.py laid out as a pycache-prefix tree",
+        f"{home}/sitecustomize.py": "a start-up hook or packaging metadata outside the repository",
+        f"{scratch}/evil.pth": "a start-up hook or packaging metadata outside the repository",
+    }
 
 
 def test_the_test_command_runs_as_the_user_with_its_events_down_fd_3():

@@ -63,7 +63,7 @@ def run_as_user(folder: Path, code: str, agent_files: tuple[str, ...] = ("agent.
 
 
 TAMPERING = {
-    "code swapped": ("def t():\n    assert False\ndef e():\n    pass\nt.__code__ = e.__code__\n", "object.__setattr__"),
+    "code swapped": ("import testmod\ndef e():\n    pass\ntestmod.t.__code__ = e.__code__\n", "object.__setattr__"),
     "module class swapped": ("import sys, types\nclass M(types.ModuleType):\n    pass\n"
                              "sys.modules['json'] = __import__('json')\nsys.modules['json'].__class__ = M\n",
                              "object.__setattr__"),
@@ -82,16 +82,19 @@ TAMPERING = {
     "code claiming another file": ("compile('x = 1', '/usr/lib/python3/os.py', 'exec')\n", "compile"),
     "a program started": ("import subprocess\nsubprocess.run(['true'])\n", "subprocess.Popen"),
     "memory read through ctypes": ("import ctypes\nctypes.string_at(id(1), 8)\n", "ctypes.string_at"),
-    "a test class's bases swapped": ("import unittest\nclass A(unittest.TestCase):\n    pass\n"
+    "a test class's bases swapped": ("import unittest, testmod\n"
                                      "class B(unittest.TestCase):\n    def run(self, result=None):\n        pass\n"
-                                     "class T(A):\n    pass\nT.__bases__ = (B,)\n", "object.__setattr__"),
+                                     "testmod.T.__bases__ = (B,)\n", "object.__setattr__"),
 }
+# the tests' own module (root's): what the tampering above aims at
+TESTMOD = ("import unittest\n\ndef t():\n    assert False\n\nclass A(unittest.TestCase):\n    pass\n\n"
+           "class T(A):\n    pass\n")
 
 
 @pytest.mark.parametrize("name", sorted(TAMPERING))
 def test_tampering_from_the_agent_s_file_is_recorded(sandbox, name):
     code, event = TAMPERING[name]
-    records = run_as_user(sandbox, code)
+    records = run_as_user(sandbox, code, testmod=TESTMOD)
     assert [r.split(" ")[0] for r in records] == [event], records
     where = records[0].split(" ", 1)[1]
     assert where.startswith(str(sandbox / "agent.py") if "thread" not in name else "<no owner>")
@@ -99,7 +102,7 @@ def test_tampering_from_the_agent_s_file_is_recorded(sandbox, name):
 
 @pytest.mark.parametrize("name", sorted(TAMPERING))
 def test_the_same_from_the_project_s_own_unchanged_file_is_not(sandbox, name):
-    assert run_as_user(sandbox, TAMPERING[name][0], agent_files=()) == [] or "thread" in name
+    assert run_as_user(sandbox, TAMPERING[name][0], agent_files=(), testmod=TESTMOD) == [] or "thread" in name
 
 
 ORDINARY = textwrap.dedent("""\
@@ -129,6 +132,31 @@ def test_ordinary_code_in_the_agent_s_file_records_nothing(sandbox):
     assert run_as_user(sandbox, ORDINARY) == []
 
 
+def test_a_pytest_plugin_s_own_classes_and_mock_s_own_functions_are_no_tampering(sandbox):
+    # a fix to a pytest plugin (pytest-mock): its module's name starts with "pytest", it defines dataclasses and
+    # builds autospecs, whose signature checkers unittest.mock edits for itself; and it changes its own functions
+    plugin = textwrap.dedent("""\
+        import dataclasses, unittest.mock
+
+        @dataclasses.dataclass
+        class MockCacheItem:
+            mock: object
+            patch: object = None
+
+        def target(a, b=1):
+            return a
+
+        def build():
+            spec = unittest.mock.create_autospec(target)
+            spec(1)
+            MockCacheItem.extra = 1  # its own class, after import
+            target.__defaults__ = (2,)  # its own function
+        """)
+    records = run_as_user(sandbox, "import pytest_plugin_x\npytest_plugin_x.build()\n",
+                          agent_files=("agent.py", "pytest_plugin_x.py"), pytest_plugin_x=plugin)
+    assert records == []
+
+
 def test_code_under_test_neither_finds_the_hook_nor_silences_it(sandbox):
     code = textwrap.dedent("""\
         import os, sys
@@ -139,9 +167,8 @@ def test_code_under_test_neither_finds_the_hook_nor_silences_it(sandbox):
                 os.close(fd)
             except OSError:
                 pass
-        def t():
-            pass
-        t.__code__ = (lambda: None).__code__
+        import json
+        json.dumps.__code__ = (lambda: None).__code__
         print("survived")
         """)
     (sandbox / "agent.py").write_text(code)
@@ -156,7 +183,8 @@ def test_code_under_test_neither_finds_the_hook_nor_silences_it(sandbox):
 def test_a_trusted_library_called_by_the_agent_is_no_trampoline(sandbox):
     # the project's own helper (or pytest's) doing the tampering the agent's code asked for
     helper = "import gc\n\ndef everything():\n    return gc.get_objects()\n\ndef swap(f, g):\n    f.__code__ = g.__code__\n"
-    records = run_as_user(sandbox, "import helper\nhelper.everything()\nhelper.swap(lambda: 1, lambda: 2)\n", helper=helper)
+    records = run_as_user(sandbox, "import helper, testmod\nhelper.everything()\nhelper.swap(testmod.t, lambda: 2)\n",
+                          helper=helper, testmod=TESTMOD)
     assert [r.split(" ")[0] for r in records] == ["gc.get_objects", "object.__setattr__"]
     assert all(r.endswith("(through a library)") and str(sandbox / "agent.py") in r for r in records)
 

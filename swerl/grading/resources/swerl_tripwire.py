@@ -74,7 +74,20 @@ def _install():
     env_vars, env_bytes = ("PYTHON", "LD_"), (b"PYTHON", b"LD_")
     test_names = ("test", "setUp", "tearDown", "run", "debug", "_callTestMethod", "_callSetUp", "_callTearDown",
                   "setup_method", "teardown_method", "setup_class", "teardown_class", "runtest", "__call__")
-    guarded_modules = ("_pytest", "pytest", "pluggy", "unittest", "swerl_", "builtins", "sys", "importlib")
+    guarded_modules = ("_pytest", "pytest", "pluggy", "unittest", "builtins", "sys", "importlib")  # and swerl_*
+    modules = sys.modules
+
+    def defining(frame, module):
+        """Whether ``module`` is running its own top level up the stack (being imported: defining its classes)."""
+        while frame is not None:
+            if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == module:
+                return True
+            frame = frame.f_back
+        return False
+
+    def owned_by_agent(module):
+        path = getattr(modules.get(module), "__file__", None)
+        return isinstance(path, str) and is_agent(path)
 
     def is_agent(path):
         """A file of the agent's: changed or created by the patch, created by the tests, or not a file at all."""
@@ -144,14 +157,23 @@ def _install():
             obj, name = args[0], args[1] if len(args) > 1 else ""
             kind = type(obj).__name__
             if kind in ("function", "code", "method") and name in ("__code__", "__defaults__", "__kwdefaults__"):
+                # a module changing its own functions (unittest.mock builds signature checkers so), or the
+                # agent changing its own, is no tampering; another module's function is
+                code = getattr(getattr(obj, "__func__", obj), "__code__", None)
+                target = getattr(code, "co_filename", "")
+                if target and not target.startswith("<") and (target == immediate or is_agent(target)):
+                    return None
                 return f"{name} of {getattr(obj, '__qualname__', kind)} replaced", True
             if name == "__class__" and kind == "module":
                 return f"class of module {getattr(obj, '__name__', '?')} replaced", True
-            # CPython audits a class's special attributes only (its bases, name, module), not a method put on it:
-            # a patched runner method is the canaries' to catch
+            # CPython audits every attribute set on a class; a patched runner method is the canaries' to catch
             if isinstance(obj, type) and isinstance(name, str):
                 module = str(getattr(obj, "__module__", ""))
-                if module.startswith(guarded_modules) or name.startswith(test_names) or name == "__bases__":
+                if defining(frame, module) or owned_by_agent(module):
+                    return None  # a module finishing its own classes (dataclasses), or the agent's own classes
+                guarded = any(module == m or module.startswith(m + ".") for m in guarded_modules) \
+                    or module.startswith("swerl_")
+                if guarded or name.startswith(test_names) or name == "__bases__":
                     return f"{module}.{obj.__qualname__}.{name} replaced", True
             return None
         if event == "open":
