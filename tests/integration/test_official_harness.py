@@ -28,6 +28,7 @@ from swerl.demo.swebench_format import materialize_swebench_demo
 from swerl.grading.diffs import split_diff
 from swerl.grading.grader import GradingConfig, grade_many
 from swerl.grading.results import FailureClass
+from swerl.grading.validate import ValidationConfig, validate_tasks
 
 pytestmark = pytest.mark.docker
 
@@ -180,10 +181,11 @@ def pypi(docker_ready, tmp_path_factory):
     """The real-package tasks (tests/support/pypi_tasks.py) as SWE-bench 5 records of their own images: the
     publisher's eval script, without conda (their Python is on PATH), running the files their tests live in."""
     from swerl.demo.swebench_records import eval_script, swebench_record
-    from tests.support.pypi_tasks import IDNA, TASK_SPECS, TEST_CMD, TOOLZ, publish
+    from tests.support.pypi_tasks import IDNA, SHAPE_SPECS, TASK_SPECS, TEST_CMD, publish
 
-    # two packages, two Pythons: idna (pyproject only) on 3.9, toolz (tests inside the package) on 3.11
-    specs = tuple(s for s in TASK_SPECS if (s.package, s.python) in ((IDNA, "3.9"), (TOOLZ, "3.11")))
+    # idna on 3.9 (pyproject only, unittest-style test classes) and pytest-mock on 3.11 (a pytest plugin whose
+    # own suite runs pytest inside pytest, and needs itself loaded there by its entry point)
+    specs = tuple(s for s in TASK_SPECS if (s.package, s.python) == (IDNA, "3.9")) + SHAPE_SPECS
     root = tmp_path_factory.mktemp("official-pypi")
     published = publish(root, specs)
     related = {s.instance_id: s.package.related_tests for s in specs}
@@ -203,15 +205,20 @@ def test_on_real_packages_swerl_agrees_with_swebench_s_harness(pypi, tmp_path, m
     preds = []
     for iid, task in tasks.items():
         repo = repos / task.repo.replace("/", "__")
-        pkg = next(s.path.split("/")[0] for s in split_diff(task.patch))  # the package the fix is in
+        parts = split_diff(task.patch)[0].path.split("/")  # the package the fix is in, src layout or not
+        folder, pkg = ("/".join(parts[:2]), parts[1]) if parts[0] == "src" else (parts[0], parts[0])
         preds += [
             (iid, "gold", task.patch, True),
             (iid, "empty", "", True),
             (iid, "testing_folder_helper", variant(repo, task.base_commit, task.patch, {
-                f"{pkg}/testing/__init__.py": "MARK = 'library code in a folder named testing'\n",
-                f"{pkg}/__init__.py": lambda t, pkg=pkg: t + f"\nfrom {pkg}.testing import MARK as _MARK  # noqa: F401\n"},
+                f"{folder}/testing/__init__.py": "MARK = 'library code in a folder named testing'\n",
+                f"{folder}/__init__.py": lambda t, pkg=pkg: t + f"\nfrom {pkg}.testing import MARK as _MARK  # noqa: F401\n"},
                 tmp_path), True),
         ]
+        if "dependencies = [" in (repo / "pyproject.toml").read_text():  # a dependency that names pytest
+            preds.append((iid, "pyproject_dependencies", variant(repo, task.base_commit, task.patch, {
+                "pyproject.toml": lambda t: t.replace("dependencies = [", 'dependencies = [\n    "pytest-timeout>=0; '
+                                                      'python_version < \'3\'",', 1)}, tmp_path), True))
     monkeypatch.chdir(tmp_path)
     official = swebench_verdicts(records, preds, f"swerl-oracle-{uuid.uuid4().hex[:8]}")
     ours = grade_many([(tasks[iid], patch, tasks[iid].image, name) for iid, name, patch, _ in preds],
@@ -220,6 +227,10 @@ def test_on_real_packages_swerl_agrees_with_swebench_s_harness(pypi, tmp_path, m
              for (iid, name, _, _), theirs, mine in zip(preds, official, ours)}
     assert {key: row[0] for key, row in table.items()} == {key: key[1] != "empty" for key in table}, table
     assert {key: row[1] for key, row in table.items()} == {key: row[0] for key, row in table.items()}, table
+    assert any(name == "pyproject_dependencies" for _, name in table)
+    # and validated as a publisher validates: gold resolves, the empty patch does not
+    report = validate_tasks(list(tasks.values()), {iid: t.image for iid, t in tasks.items()}, ValidationConfig(runs=1))
+    assert [(v.instance_id, v.valid) for v in report.tasks] == [(iid, True) for iid in tasks], report.tasks
 
 
 def test_a_repair_is_opt_in_and_recorded(published, tmp_path):
