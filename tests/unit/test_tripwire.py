@@ -82,6 +82,12 @@ TAMPERING = {
     "code claiming another file": ("compile('x = 1', '/usr/lib/python3/os.py', 'exec')\n", "compile"),
     "a program started": ("import subprocess\nsubprocess.run(['true'])\n", "subprocess.Popen"),
     "memory read through ctypes": ("import ctypes\nctypes.string_at(id(1), 8)\n", "ctypes.string_at"),
+    "a test's bases swapped as its module defines it": (
+        "import sys, types\nclass Quiet:\n    def run(self, result=None):\n        pass\n"
+        "class Base:\n    def __init_subclass__(cls, **kw):\n        cls.__bases__ = (Quiet,)\n"
+        "sys.modules['testmod2'] = m = types.ModuleType('testmod2')\n"
+        "exec(compile('class TestX(Base):\\n    pass\\n', '<testmod2>', 'exec'), {**m.__dict__, 'Base': Base})\n",
+        "object.__setattr__"),
     "a test class's bases swapped": ("import unittest, testmod\n"
                                      "class B(unittest.TestCase):\n    def run(self, result=None):\n        pass\n"
                                      "testmod.T.__bases__ = (B,)\n", "object.__setattr__"),

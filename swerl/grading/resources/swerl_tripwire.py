@@ -78,10 +78,17 @@ def _install():
     modules = sys.modules
 
     def defining(frame, module):
-        """Whether ``module`` is running its own top level up the stack (being imported: defining its classes)."""
+        """Whether ``module`` is running its own top level up the stack (being imported: finishing its classes,
+        as a dataclass decorator does) with no code of the agent's in between: a base class's
+        ``__init_subclass__``, a metaclass or a decorator of the agent's, run as a test module defines its
+        classes, is the agent's doing."""
         while frame is not None:
-            if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == module:
+            code = frame.f_code
+            if code.co_name == "<module>" and frame.f_globals.get("__name__") == module:
                 return True
+            path = code.co_filename
+            if not path.startswith("<") and is_agent(path):
+                return False
             frame = frame.f_back
         return False
 
@@ -166,7 +173,8 @@ def _install():
                 return f"{name} of {getattr(obj, '__qualname__', kind)} replaced", True
             if name == "__class__" and kind == "module":
                 return f"class of module {getattr(obj, '__name__', '?')} replaced", True
-            # CPython audits every attribute set on a class; a patched runner method is the canaries' to catch
+            # CPython audits a class's special attributes only (its bases, name, module, doc), not a method put on
+            # it: a patched runner method is the canaries' to catch
             if isinstance(obj, type) and isinstance(name, str):
                 module = str(getattr(obj, "__module__", ""))
                 if defining(frame, module) or owned_by_agent(module):
