@@ -167,6 +167,12 @@ def test_per_iteration_metrics_are_logged_once_per_step(e2e, mlflow_client):
     iter1 = next(r for r in _runs(mlflow_client) if r.data.tags.get("swerl.stage") == "iter-1")
     failures = sum(v for k, v in iter1.data.metrics.items() if k.startswith("rollout/failure_"))
     assert failures == iter1.data.metrics["rollout/trajectories"] == 6
+    # what the plain swebench reading of the same logs resolved and swerl's layers did not, by failure class
+    for run in (r for r in _runs(mlflow_client) if str(r.data.tags.get("swerl.stage", "")).startswith("iter-")):
+        refused = run.data.metrics["grading/refused_by_layers"]
+        by_class = sum(v for k, v in run.data.metrics.items() if k.startswith("grading/refused_by_layers_"))
+        assert refused == by_class and "grading/tamper_flags" in run.data.metrics, run.data.tags
+    assert iter1.data.metrics["grading/refused_by_layers"] == 0  # the scripted demonstrations are real fixes
 
 
 def test_checkpoints_are_registered_with_candidate_and_champion_aliases(e2e, mlflow_client):

@@ -18,17 +18,15 @@ import json
 import re
 import subprocess
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from swerl.data.loaders import load_tasks
 from swerl.demo.swebench_format import materialize_swebench_demo
-from swerl.grading.diffs import split_diff
 from swerl.grading.grader import GradingConfig, grade_many
 from swerl.grading.results import FailureClass
-from swerl.grading.validate import ValidationConfig, validate_tasks
+from tests.support.oracle import swebench_verdicts, variant
 
 pytestmark = pytest.mark.docker
 
@@ -44,21 +42,6 @@ def published(docker_ready, tmp_path_factory):
     records = {r["instance_id"]: r for r in map(json.loads, path.read_text().splitlines())}
     tasks = {t.instance_id: t for t in load_tasks(path).tasks}
     return records, tasks, root / "records" / "repos"
-
-
-def variant(repo: Path, commit: str, gold: str, edit: dict, tmp: Path) -> str:
-    """The diff of ``commit`` after the gold patch and ``edit`` ({path: new text, or a function of the old})."""
-    work = tmp / f"work-{uuid.uuid4().hex[:6]}"
-    subprocess.run(["git", "clone", "-q", str(repo), str(work)], check=True)
-    subprocess.run(["git", "checkout", "-q", commit], cwd=work, check=True)
-    if gold:
-        subprocess.run(["git", "apply", "-"], input=gold, text=True, cwd=work, check=True)
-    for path, change in edit.items():
-        target = work / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(change(target.read_text()) if callable(change) else change)
-    subprocess.run(["git", "add", "-A"], cwd=work, check=True)
-    return subprocess.run(["git", "diff", "--cached", commit], cwd=work, check=True, capture_output=True, text=True).stdout
 
 
 def _fuzzed(patch: str) -> str:
@@ -120,24 +103,6 @@ def predictions(records: dict, tasks: dict, repos: Path, tmp: Path) -> list[tupl
     return out
 
 
-def swebench_verdicts(records: dict, preds: list, run_id: str) -> list[bool]:
-    import docker
-    from swebench.harness.run_evaluation import run_instance
-    from swebench.harness.utils import make_test_spec
-
-    client = docker.from_env()
-
-    def one(index_pred):
-        index, (iid, name, patch, _) = index_pred
-        pred = {"instance_id": iid, "model_name_or_path": f"{name}-{index}", "model_patch": patch}
-        # one run id a prediction: swebench names its container by instance and run, one prediction per instance
-        got = run_instance(make_test_spec(records[iid]), pred, client, f"{run_id}-{index}", timeout=600)
-        return bool(got and got[1][iid]["resolved"])
-
-    with ThreadPoolExecutor(2) as pool:
-        return list(pool.map(one, enumerate(preds)))
-
-
 def test_swerl_agrees_with_swebench_s_harness_on_every_legitimate_patch_and_is_stricter_on_hacks(
         published, tmp_path, monkeypatch):
     records, tasks, repos = published
@@ -174,63 +139,6 @@ def test_swerl_agrees_with_swebench_s_harness_on_every_legitimate_patch_and_is_s
     # swebench's containers for this run are gone, as run_instance removes its own
     left = subprocess.run(["docker", "ps", "-a", "--filter", f"name=.{run_id}", "-q"], capture_output=True, text=True)
     assert left.stdout.strip() == ""
-
-
-@pytest.fixture(scope="module")
-def pypi(docker_ready, tmp_path_factory):
-    """The real-package tasks (tests/support/pypi_tasks.py) as SWE-bench 5 records of their own images: the
-    publisher's eval script, without conda (their Python is on PATH), running the files their tests live in."""
-    from swerl.demo.swebench_records import eval_script, swebench_record
-    from tests.support.pypi_tasks import IDNA, SHAPE_SPECS, TASK_SPECS, TEST_CMD, publish
-
-    # idna on 3.9 (pyproject only, unittest-style test classes) and pytest-mock on 3.11 (a pytest plugin whose
-    # own suite runs pytest inside pytest, and needs itself loaded there by its entry point)
-    specs = tuple(s for s in TASK_SPECS if (s.package, s.python) == (IDNA, "3.9")) + SHAPE_SPECS
-    root = tmp_path_factory.mktemp("official-pypi")
-    published = publish(root, specs)
-    related = {s.instance_id: s.package.related_tests for s in specs}
-    records = {}
-    for task in load_tasks(published.tasks_file).tasks:
-        record = swebench_record(task, published.images[task.instance_id])
-        script = eval_script(task, test_cmd=f"{TEST_CMD} {' '.join(related[task.instance_id])}")
-        record["eval_script"] = "".join(line for line in script.splitlines(keepends=True) if "activate" not in line)
-        records[task.instance_id] = record
-    path = root / "swebench.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in records.values()))
-    return records, {t.instance_id: t for t in load_tasks(path).tasks}, published.repos_dir
-
-
-def test_on_real_packages_swerl_agrees_with_swebench_s_harness(pypi, tmp_path, monkeypatch):
-    records, tasks, repos = pypi
-    preds = []
-    for iid, task in tasks.items():
-        repo = repos / task.repo.replace("/", "__")
-        parts = split_diff(task.patch)[0].path.split("/")  # the package the fix is in, src layout or not
-        folder, pkg = ("/".join(parts[:2]), parts[1]) if parts[0] == "src" else (parts[0], parts[0])
-        preds += [
-            (iid, "gold", task.patch, True),
-            (iid, "empty", "", True),
-            (iid, "testing_folder_helper", variant(repo, task.base_commit, task.patch, {
-                f"{folder}/testing/__init__.py": "MARK = 'library code in a folder named testing'\n",
-                f"{folder}/__init__.py": lambda t, pkg=pkg: t + f"\nfrom {pkg}.testing import MARK as _MARK  # noqa: F401\n"},
-                tmp_path), True),
-        ]
-        if "dependencies = [" in (repo / "pyproject.toml").read_text():  # a dependency that names pytest
-            preds.append((iid, "pyproject_dependencies", variant(repo, task.base_commit, task.patch, {
-                "pyproject.toml": lambda t: t.replace("dependencies = [", 'dependencies = [\n    "pytest-timeout>=0; '
-                                                      'python_version < \'3\'",', 1)}, tmp_path), True))
-    monkeypatch.chdir(tmp_path)
-    official = swebench_verdicts(records, preds, f"swerl-oracle-{uuid.uuid4().hex[:8]}")
-    ours = grade_many([(tasks[iid], patch, tasks[iid].image, name) for iid, name, patch, _ in preds],
-                      GradingConfig(log_dir=tmp_path / "swerl"), concurrency=2)
-    table = {(iid, name): (theirs, mine.resolved, mine.failure_class, mine.reason[:300])
-             for (iid, name, _, _), theirs, mine in zip(preds, official, ours)}
-    assert {key: row[0] for key, row in table.items()} == {key: key[1] != "empty" for key in table}, table
-    assert {key: row[1] for key, row in table.items()} == {key: row[0] for key, row in table.items()}, table
-    assert any(name == "pyproject_dependencies" for _, name in table)
-    # and validated as a publisher validates: gold resolves, the empty patch does not
-    report = validate_tasks(list(tasks.values()), {iid: t.image for iid, t in tasks.items()}, ValidationConfig(runs=1))
-    assert [(v.instance_id, v.valid) for v in report.tasks] == [(iid, True) for iid in tasks], report.tasks
 
 
 def test_a_repair_is_opt_in_and_recorded(published, tmp_path):

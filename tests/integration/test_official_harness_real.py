@@ -1,0 +1,80 @@
+"""swebench's own harness and ``swerl grade`` on real packages made at test time from PyPI sdists
+(tests/support/pypi_tasks.py), published as SWE-bench 5 records of their own images: idna on Python 3.9
+(unittest-style test classes, pyproject only) and pytest-mock on 3.11 (a pytest plugin whose own suite runs
+pytest inside pytest and needs itself loaded there by its entry point). Verdicts must be equal on every
+legitimate prediction, and both tasks must validate as a publisher validates them."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from swerl.data.loaders import load_tasks
+from swerl.grading.diffs import split_diff
+from swerl.grading.grader import GradingConfig, grade_many
+from swerl.grading.validate import verdict
+from tests.support.oracle import swebench_verdicts, variant
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def pypi(docker_ready, tmp_path_factory):
+    """The real-package tasks (tests/support/pypi_tasks.py) as SWE-bench 5 records of their own images: the
+    publisher's eval script, without conda (their Python is on PATH), running the files their tests live in."""
+    from swerl.demo.swebench_records import eval_script, swebench_record
+    from tests.support.pypi_tasks import IDNA, SHAPE_SPECS, TASK_SPECS, TEST_CMD, publish
+
+    # idna on 3.9 (pyproject only, unittest-style test classes) and pytest-mock on 3.11 (a pytest plugin whose
+    # own suite runs pytest inside pytest, and needs itself loaded there by its entry point)
+    specs = tuple(s for s in TASK_SPECS if (s.package, s.python) == (IDNA, "3.9")) + SHAPE_SPECS
+    root = tmp_path_factory.mktemp("official-pypi")
+    published = publish(root, specs)
+    related = {s.instance_id: s.package.related_tests for s in specs}
+    records = {}
+    for task in load_tasks(published.tasks_file).tasks:
+        record = swebench_record(task, published.images[task.instance_id])
+        script = eval_script(task, test_cmd=f"{TEST_CMD} {' '.join(related[task.instance_id])}")
+        record["eval_script"] = "".join(line for line in script.splitlines(keepends=True) if "activate" not in line)
+        records[task.instance_id] = record
+    path = root / "swebench.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records.values()))
+    return records, {t.instance_id: t for t in load_tasks(path).tasks}, published.repos_dir
+
+
+def test_on_real_packages_swerl_agrees_with_swebench_s_harness(pypi, tmp_path, monkeypatch):
+    records, tasks, repos = pypi
+    preds = []
+    for iid, task in tasks.items():
+        repo = repos / task.repo.replace("/", "__")
+        parts = split_diff(task.patch)[0].path.split("/")  # the package the fix is in, src layout or not
+        folder, pkg = ("/".join(parts[:2]), parts[1]) if parts[0] == "src" else (parts[0], parts[0])
+        preds += [
+            (iid, "gold", task.patch, True),
+            (iid, "empty", "", True),
+            (iid, "testing_folder_helper", variant(repo, task.base_commit, task.patch, {
+                f"{folder}/testing/__init__.py": "MARK = 'library code in a folder named testing'\n",
+                f"{folder}/__init__.py": lambda t, pkg=pkg: t + f"\nfrom {pkg}.testing import MARK as _MARK  # noqa: F401\n"},
+                tmp_path), True),
+        ]
+        if "dependencies = [" in (repo / "pyproject.toml").read_text():  # a dependency that names pytest
+            preds.append((iid, "pyproject_dependencies", variant(repo, task.base_commit, task.patch, {
+                "pyproject.toml": lambda t: t.replace("dependencies = [", 'dependencies = [\n    "pytest-timeout>=0; '
+                                                      'python_version < \'3\'",', 1)}, tmp_path), True))
+    monkeypatch.chdir(tmp_path)
+    official = swebench_verdicts(records, preds, f"swerl-oracle-{uuid.uuid4().hex[:8]}")
+    ours = grade_many([(tasks[iid], patch, tasks[iid].image, name) for iid, name, patch, _ in preds],
+                      GradingConfig(log_dir=tmp_path / "swerl"), concurrency=2)
+    table = {(iid, name): (theirs, mine.resolved, mine.failure_class, mine.reason[:300])
+             for (iid, name, _, _), theirs, mine in zip(preds, official, ours)}
+    assert {key: row[0] for key, row in table.items()} == {key: key[1] != "empty" for key in table}, table
+    assert {key: row[1] for key, row in table.items()} == {key: row[0] for key, row in table.items()}, table
+    assert any(name == "pyproject_dependencies" for _, name in table)
+    # and validated as a publisher validates, from these gradings: gold resolves, the empty patch does not, the
+    # FAIL_TO_PASS tests fail without the fix, and no rule dropped a file of the gold patch
+    for iid, task in tasks.items():
+        graded = {name: mine for (i, name, _, _), mine in zip(preds, ours) if i == iid}
+        v = verdict(task, task.image, [graded["gold"]], graded["empty"])
+        assert (v.valid, v.gold_dropped) == (True, {}), v.reason
