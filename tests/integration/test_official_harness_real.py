@@ -78,3 +78,10 @@ def test_on_real_packages_swerl_agrees_with_swebench_s_harness(pypi, tmp_path, m
         graded = {name: mine for (i, name, _, _), mine in zip(preds, ours) if i == iid}
         v = verdict(task, task.image, [graded["gold"]], graded["empty"])
         assert (v.valid, v.gold_dropped) == (True, {}), v.reason
+        # the same task with its fix needing library code in a `testing` folder (or a dependency declared in
+        # pyproject.toml) as its gold patch: valid too, nothing of it dropped
+        for shape in ("testing_folder_helper", "pyproject_dependencies"):
+            if shape in graded:
+                as_gold = task.model_copy(update={"patch": next(p for i, n, p, _ in preds if (i, n) == (iid, shape))})
+                v = verdict(as_gold, task.image, [graded[shape]], graded["empty"])
+                assert (v.valid, v.gold_dropped) == (True, {}), (shape, v.reason)
