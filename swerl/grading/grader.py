@@ -127,12 +127,12 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
     except MalformedReport as e:  # whatever the events hold, reading them raises nothing else
         tampering = f"pytest's evidence holds something the plugin never sends: {e}"
         report = None
-    if report is not None and not tampering and plan.added_defs is not None:
+    if report is not None and not tampering:
         tampering = added_hooks(report.get("hooks") or [], config.sandbox.workdir,
                                 (answer.guard or {}).get("changed") or [], plan.added_defs)
     if plan.tripwire and report is not None:
         if answer.pre_tests is None:
-            raise SandboxError("pytest ran but root's step before the tests (plugins, tripwire) left no record")
+            raise SandboxError("pytest ran but root's step before the tests (canaries, tripwire) left no record")
         if answer.pre_tests.get("error"):
             raise SandboxError(f"root could not install the tripwire into the tests' interpreter: {answer.pre_tests['error']}")
         if not tampering and answer.pre_tests.get("tripwire") and tripwire_records(str(finish.get("tripwire", "")))[1] == 0:
@@ -258,7 +258,7 @@ def grade_prediction(task: Task, patch: str | None, image: str, config: GradingC
 
 def _name_dropped(result: GradeResult) -> None:
     """Every file swerl did not apply or put back is named in the reason, not only in ``dropped_files``."""
-    if not result.dropped_files or "swerl did not apply" in result.reason or result.reason.startswith("every file"):
+    if not result.dropped_files or result.reason.startswith("every file"):  # that reason names them already
         return
     named = "; ".join(f"{p} ({r})" for p, r in list(result.dropped_files.items())[:10])
     more = f" and {len(result.dropped_files) - 10} more" if len(result.dropped_files) > 10 else ""

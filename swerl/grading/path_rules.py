@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import functools
 import glob
 import json
 import os
@@ -113,34 +114,23 @@ def path_reason(path: str, scope: dict, rules: dict, *, is_symlink: bool = False
     return None
 
 
-def top_level_name(path: str) -> str | None:
-    """The module name ``path`` defines at an import root (the repository root or ``src/``), or None."""
-    parts = posixpath.normpath(path).split("/")
-    rest = parts[1:] if parts[0] == "src" and len(parts) > 1 else parts
-    if len(rest) == 1:
-        return rest[0].split(".", 1)[0] if rest[0].endswith(MODULE_SUFFIXES) else None
-    return rest[0] if rest[-1].endswith(MODULE_SUFFIXES) else None
-
-
 def new_top_level_module(path: str, before) -> str | None:
-    """The top-level module name ``path`` (created by the patch) adds at an import root, or None when it adds
-    none (not a module, not at an import root, or inside a package that existed before)."""
-    name = top_level_name(path)
-    if name is None:
-        return None
+    """The top-level module name ``path`` (created by the patch) adds at an import root (the repository root or
+    ``src/``), or None when it adds none (not a module, not at an import root, or inside a package that existed
+    before)."""
     parts = posixpath.normpath(path).split("/")
     prefix = "src/" if parts[0] == "src" and len(parts) > 1 else ""
     rest = parts[1:] if prefix else parts
-    if len(rest) > 1 and any(p.startswith(prefix + rest[0] + "/") for p in before):
+    if not rest[-1].endswith(MODULE_SUFFIXES):
         return None
-    return name
+    if len(rest) == 1:
+        return rest[0].split(".", 1)[0]
+    return None if any(p.startswith(prefix + rest[0] + "/") for p in before) else rest[0]
 
 
 # --- configuration files: only their test-run sections are protected ------------------------------------
 
 _CLEAN_HEADER = re.compile(r"^\[\[?\s*([A-Za-z0-9_.:\-]+(?:\s*\.\s*[A-Za-z0-9_\-]+)*)\s*\]\]?\s*(?:[#;].*)?$")
-
-
 _KEY = re.compile(r"""^\s*((?:[A-Za-z0-9_\-]+|"[^"\n]*"|'[^'\n]*')(?:\s*\.\s*(?:[A-Za-z0-9_\-]+|"[^"\n]*"|'[^'\n]*'))*)\s*[=:]""")
 
 
@@ -288,18 +278,21 @@ def _walk(root: str):
                 continue
 
 
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(SECTION_TEXT_MAX + 1)
+    except OSError:
+        return None
+    return None if len(data) > SECTION_TEXT_MAX else data.decode("utf-8", "replace")
+
+
 def snapshot(root: str, out: str) -> None:
     """Before the patch: the paths that exist (the stamp is this file's own change time) and the text of every
     configuration file whose sections are judged (``config_reason``)."""
     paths = sorted(p for p, _ in _walk(root))
-    texts = {}
-    for path in paths:
-        if posixpath.basename(path) in SECTION_FILES:
-            try:
-                with open(os.path.join(root, path), "rb") as f:
-                    texts[path] = f.read(SECTION_TEXT_MAX + 1).decode("utf-8", "replace")
-            except OSError:
-                continue
+    # None for one too large or unreadable to judge
+    texts = {p: _read_text(os.path.join(root, p)) for p in paths if posixpath.basename(p) in SECTION_FILES}
     with open(out, "w") as f:
         json.dump({"paths": paths, "texts": texts}, f)
 
@@ -331,15 +324,6 @@ def differ_from(root: str, commit: str, paths: list[str]) -> set[str]:
     return found
 
 
-def _read_text(path: str) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(SECTION_TEXT_MAX + 1)
-    except OSError:
-        return None
-    return None if len(data) > SECTION_TEXT_MAX else data.decode("utf-8", "replace")
-
-
 def change_reason(root: str, path: str, exists: bool, is_link: bool, before: dict, scope: dict, rules: dict,
                   provided) -> str | None:
     """Why the patch's change to ``path`` (as found in the container) may not stand, or None.
@@ -352,7 +336,7 @@ def change_reason(root: str, path: str, exists: bool, is_link: bool, before: dic
         old = before["texts"].get(path)
         if path not in before["paths"] and posixpath.dirname(path) in scope.get("conftest_dirs", ()):
             return "a new configuration file where pytest looks for the configuration of the task's tests"
-        if path in before["paths"] and old is None or len(old or "") > SECTION_TEXT_MAX:
+        if path in before["paths"] and old is None:
             return "configuration file too large or unreadable to judge its change"
         new = _read_text(os.path.join(root, path)) if exists and not is_link else ""
         if new is None:
@@ -386,13 +370,7 @@ def guard(root: str, before_file: str, base: str, scope: dict, rules: dict) -> d
     # what the patch deleted (or renamed away) leaves no inode behind: it existed before and not now (an
     # untracked file the reset's git clean removed is no change of the patch's unless the patch names it)
     changed.update({p: None for p in gone if p in tracked or p in scope.get("patch_paths", ())})
-    names: list[set[str]] = []
-
-    def provided() -> set[str]:
-        if not names:
-            names.append(provided_names())
-        return names[0]
-
+    provided = functools.lru_cache(maxsize=None)(provided_names)  # listed once, and only if a new module asks
     restored, removed, refused = {}, {}, {}
     for path in sorted(changed):
         st = changed[path]
@@ -401,8 +379,7 @@ def guard(root: str, before_file: str, base: str, scope: dict, rules: dict) -> d
         if reason is None:
             continue
         full = os.path.join(root, path)
-        in_base = subprocess.run(["git", "-C", root, "cat-file", "-e", f"{base}:{path}"], capture_output=True).returncode == 0
-        if in_base:
+        if path in tracked:  # in base_commit: put back from it
             if os.path.lexists(full) and (os.path.isdir(full) and not os.path.islink(full)):
                 subprocess.run(["rm", "-rf", "--", full], check=False)
             _git(root, "checkout", "-q", base, "--", path)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from swerl.data.task import Task
 from swerl.grading.diffs import DiffParseError, join_diff, split_diff
 from swerl.grading.log_parsers import LogParser, UnknownLogParserError, get_log_parser
-from swerl.grading.protected import filter_sections, task_scope
+from swerl.grading.protected import diff_paths, filter_sections, task_scope
 from swerl.grading.results import FailureClass, GradeResult
 from swerl.grading.sandbox_setup import IN_SANDBOX, STAGE, VIA
 from swerl.grading.tamper_flags import tamper_flags
@@ -37,10 +37,7 @@ INLINE_REPORT_MAX = 1_000_000  # bytes of report printed with the test output (w
 
 
 def changed_by_test_patch(task: Task) -> set[str]:
-    try:
-        return {p for s in split_diff(task.test_patch) for p in s.paths}
-    except DiffParseError:
-        return set()
+    return diff_paths(task.test_patch)
 
 
 def select_test_files(task: Task) -> list[str]:
@@ -117,17 +114,18 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
         return None
     no_patch = not (patch or "").strip()  # only reached with run_tests_without_patch: grade_prediction answers the rest
     base = shlex.quote(task.base_commit)
-    test_files = changed_by_test_patch(task)
     nonce = uuid.uuid4().hex[:16]
     files: dict[str, tuple[bytes | str, int]] = {}
     # (stage, JSON arguments of sandbox_setup's step or a shell line): one interpreter runs them all, each
     # printing its stage line first, so a failure says which step it was
     setup: list[tuple[str, dict | str]] = []
     scope = task_scope(task, _test_command_text(task), config.protected, config.sandbox.workdir)
+    test_files = set(scope["test_patch_files"])
     added_defs: dict[str, list[str]] = {}
     if not no_patch:
         try:
-            kept, dropped = filter_sections(split_diff(patch), scope, config.protected)
+            sections = split_diff(patch)
+            kept, dropped = filter_sections(sections, scope, config.protected)
         except DiffParseError as e:
             result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch is not a valid diff: {e}"
             return None
@@ -139,7 +137,6 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
             if not config.run_tests_without_patch:
                 return None
         else:
-            sections = split_diff(patch)
             applied = join_diff(kept)
             if config.repair_patches:
                 applied, result.repairs = repair_patch(applied, patch)
@@ -218,6 +215,8 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
 # already applied counts as applied
 APPLY_COMMANDS = ("git apply --verbose", "git apply --verbose --3way", "git apply --verbose --reject",
                   "patch --batch --forward --fuzz=5 -p1 -i")
+
+
 def apply_command(patch_file: str) -> str:
     """The shell line that applies ``patch_file`` exactly as swebench's harness does; it prints which command
     did (``@@via <command>``) and fails when none did."""

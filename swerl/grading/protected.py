@@ -34,7 +34,8 @@ class ProtectedPathsConfig(BaseModel):
     allow_symlinks: bool = Field(False, description="Apply diff sections that create symbolic links.")
 
 
-def _files_of(diff: str) -> set[str]:
+def diff_paths(diff: str) -> set[str]:
+    """Every path a diff touches (none when it does not read as a diff)."""
     try:
         return {p for s in split_diff(diff) for p in s.paths}
     except DiffParseError:
@@ -73,7 +74,7 @@ def task_scope(task: Task, command: str, config: ProtectedPathsConfig, workdir: 
     """What the task's tests are, as path_rules reads it: the test patch's files, the test files (the test
     patch's, the listed tests', the command's), the folders holding them, the folders pytest loads a
     ``conftest.py`` from, and whether the command collects whole folders."""
-    patch_files = _files_of(task.test_patch)
+    patch_files = diff_paths(task.test_patch)
     named, collection_wide = command_paths(command, workdir)
     listed = {t.split("::", 1)[0] for t in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS] if "::" in t}
     test_files = {posixpath.normpath(p) for p in (patch_files | listed | set(named)) if p}
