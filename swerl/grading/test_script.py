@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from swerl.data.task import Task
 from swerl.grading.judge import END_TEST_OUTPUT, START_TEST_OUTPUT, TEST_EXIT_CODE
+from swerl.grading.setup_privilege import split
 
 ASSETS_DIR = "/tmp/swerl-assets"
 REPORT_FD = 3
@@ -65,6 +66,25 @@ class Isolation:
         channel = f"{self.evidence}/channel"
         return [f"cat {channel} > {self.evidence}/events & swerl_collector=$!",
                 f"{run_as}bash -c {shlex.quote(body)} {REPORT_FD}>{channel}"]
+
+    def set_up(self, lines: list[str], workdir: str) -> list[str]:
+        """A set-up's lines with every command that could start code of the repository (an install running the
+        agent's ``setup.py``) run as the test user, within the tests' time limit; root keeps the rest
+        (``setup_privilege``). Nothing of the user's outlives its run; what it leaves is audited with the tests'."""
+        if self.uid is None:
+            return list(lines)
+        out: list[str] = []
+        limit = f"--timeout-s {self.timeout_s:g} " if self.timeout_s is not None else ""
+        for as_root, run in split(lines, workdir):
+            if as_root:
+                out += run
+                continue
+            folder = f"{self.evidence}/set-up"
+            body = "\n".join(["set -uxo pipefail", *run])
+            out += [f"mkdir -p -m 700 {folder}",
+                    f'"$SWERL_PYTHON" -I -S {self.helper} run {shlex.quote(workdir)} {self.uid} {shlex.quote(self.home)} '
+                    f"{limit}--evidence {folder} --clear-outside 1 -- bash -c {shlex.quote(body)}"]
+        return out
 
     def after(self) -> list[str]:
         """Once the test command's status is printed: nothing of the tests' is left to write (``run`` saw to
@@ -150,7 +170,7 @@ def native_script(task: Task, test_files: list[str], workdir: str, exports: list
     cfg = task.install_config
     lines = [
         *exports,
-        *cfg.eval_commands,
+        *isolation.set_up(list(cfg.eval_commands), workdir),
         *before_tests,
         f"cd {shlex.quote(workdir)}",
         f"echo '{START_TEST_OUTPUT}'",
@@ -167,7 +187,8 @@ def native_script(task: Task, test_files: list[str], workdir: str, exports: list
 def published_script(task: Task, exports: list[str], isolation: Isolation, workdir: str,
                      before_tests: list[str]) -> TestScript:
     """The record's ``eval_script`` as swebench runs it, with the exit-code line and image assets;
-    its set-up and reset run as root, its test command as the test user."""
+    its test command runs as the test user, and so does each set-up command that could start code of the
+    repository (its install); the rest of its set-up and its reset run as root."""
     from swebench.harness.constants import TEST_EXIT_CODE_VAR
     from swebench.harness.utils import parse_eval_script, record_test_exit_code
 
@@ -181,7 +202,7 @@ def published_script(task: Task, exports: list[str], isolation: Isolation, workd
         printed = taken + 3  # the status, the end marker and the status line: then the tests are over
         body = [*body[:at + 1], *isolation.wrap(body[at + 1:taken], trace=True, workdir=workdir), *body[taken:printed],
                 *isolation.after(), *body[printed:]]
-    body = [*body[:at], *restore, *before_tests, *body[at:]]
+    body = [*isolation.set_up(body[:at], workdir), *restore, *before_tests, *body[at:]]
     text = "\n".join(["#!/bin/bash", "set -uxo pipefail", *exports, *body]) + "\n"
     return TestScript(text, "pytest" in _test_region(body), False, files)
 

@@ -19,7 +19,8 @@ Standard library only, on purpose: copied into every grading sandbox and run the
   interpreter starts (in the repository, their home, ``/tmp``, ``/var/tmp``, ``/dev/shm``), and
   the tripwire's records read from its FIFO, all written with the timeout to DIR/finish.json,
   which only root opens (with no DIR, the audit's line is printed). A file the test user owns was written by the tests, whatever its name
-  says. It exits with CMD's status.
+  says. It exits with CMD's status. With ``--clear-outside 1`` (a set-up command run as the test user,
+  ``setup_privilege``), what the user left in its home and the temporary folders is then removed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import sys
 NAME = "swerl-test"
 TRIPWIRE_CONFIG = "/tmp/swerl-grade/tripwire.conf"  # resources/swerl_tripwire.py reads it (CONFIG there)
 PR_SET_NO_NEW_PRIVS = 38
+OUTSIDE = ("/tmp", "/var/tmp", "/dev/shm")  # with the test user's home: every place the tests can write outside the repository
 AUDIT_LINE = "@@swerl-audit "  # finish's printed line, where run is given no evidence folder
 PLANTED_NAMES = ("conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg",
                  "pyproject.toml", "entry_points.txt")
@@ -74,17 +76,52 @@ def lockdown(root: str, uid: int | None, home: str, evidence: str, wire: str | N
             f.write("\n".join([wire, *(os.path.join(root, p) for p in agent_files)]) + "\n")
         os.chmod(TRIPWIRE_CONFIG, 0o644)
     _ensure_account(uid, home)
+    _make_home(uid, home)
+    for dirpath, dirnames, _ in os.walk(root):
+        if dirpath == root and ".git" in dirnames:
+            dirnames.remove(".git")
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+        os.chmod(dirpath, 0o1777)
+
+
+def _make_home(uid: int, home: str) -> None:
     os.makedirs(home, exist_ok=True)
     # the repository belongs to root: git would refuse it to another user without this
     with open(os.path.join(home, ".gitconfig"), "w") as f:
         f.write("[safe]\n\tdirectory = *\n")
     for path in (home, os.path.join(home, ".gitconfig")):
         os.chown(path, uid, uid)
-    for dirpath, dirnames, _ in os.walk(root):
-        if dirpath == root and ".git" in dirnames:
-            dirnames.remove(".git")
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
-        os.chmod(dirpath, 0o1777)
+
+
+def clear_outside(uid: int, home: str, outside: tuple[str, ...] = OUTSIDE) -> None:
+    """Remove everything ``uid`` left in its home and the temporary folders, and give it a fresh home: after a
+    set-up run as that user (an install's scratch files, pip's stash of what it could not uninstall), so
+    the tests start from nothing of it there, and what they leave there is theirs alone."""
+    import shutil
+
+    for top in (home, *outside):
+        try:
+            names = os.listdir(top)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(top, name)
+            if path == home:
+                continue
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if st.st_uid != uid and top != home:
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+    _make_home(uid, home)
 
 
 def drop_to(uid: int) -> None:
@@ -146,7 +183,7 @@ class _Wire:
 
 
 def run(root: str, uid: int, home: str, argv: list[str], evidence: str | None, timeout_s: float | None = None,
-        wire: str | None = None) -> int:
+        wire: str | None = None, clear: bool = False) -> int:
     """Run ``argv`` as ``uid`` and wait for it, then ``finish``; its status as a shell gives it (128 + N for
     signal N). This process stays root's, out of the tests' reach. With ``timeout_s``: once that many
     seconds have passed, every process of ``uid`` is killed (the command too). What root found (the audit,
@@ -180,6 +217,8 @@ def run(root: str, uid: int, home: str, argv: list[str], evidence: str | None, t
             status = 9
     code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     finish(root, uid, home, evidence, {"timed_out": timed_out, "status": code}, reader)
+    if clear:
+        clear_outside(uid, home)
     return code
 
 
@@ -294,7 +333,6 @@ def planted_reason(path: str) -> str | None:
 
 
 STARTUP_GLOBS = ("*.pth", "sitecustomize*", "usercustomize*", "*.egg-link", "*.dist-info", "*.egg-info")
-OUTSIDE = ("/tmp", "/var/tmp", "/dev/shm")  # with the test user's home: every place the tests can write outside the repository
 MAX_AUDITED = 200_000
 
 
@@ -370,12 +408,12 @@ FRAME_LINE = "@@swerl-root "  # root's answer, printed by the grading command (p
 
 def main(argv: list[str]) -> int:
     cmd = argv[1]
-    if cmd == "run":  # run ROOT UID HOME [--timeout-s S] [--evidence DIR] [--wire FIFO] -- CMD...
+    if cmd == "run":  # run ROOT UID HOME [--timeout-s S] [--evidence DIR] [--wire FIFO] [--clear-outside 1] -- CMD...
         sep = argv.index("--")
         options = dict(zip(argv[5:sep:2], argv[6:sep:2]))
         timeout_s = float(options["--timeout-s"]) if "--timeout-s" in options else None
         return run(argv[2], int(argv[3]), argv[4], argv[sep + 1:], options.get("--evidence"), timeout_s,
-                   options.get("--wire"))
+                   options.get("--wire"), options.get("--clear-outside") == "1")
     if cmd == "lockdown":
         import json
 

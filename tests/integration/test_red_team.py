@@ -88,13 +88,15 @@ def _gold_files(task) -> list[str]:
     return [line[6:] for line in task.patch.splitlines() if line.startswith("+++ b/")]
 
 
-def plain_run_resolves(task, image: str, patch: str) -> bool:
-    """SWE-bench's way, with no defence: apply the whole patch (git apply, else patch), the test patch, run, parse."""
+def plain_run_resolves(task, image: str, patch: str, set_up: list[str] = ()) -> bool:
+    """SWE-bench's way, with no defence: apply the whole patch (git apply, else patch), ``set_up`` as root,
+    the test patch, run, parse."""
     script = ["cd /testbed"]
     for name, text in (("agent", patch), ("tests", task.test_patch)):
         b64 = base64.b64encode(text.encode()).decode()
         script.append(f"echo {b64} | base64 -d > /tmp/{name}.diff")
     script += ["git apply /tmp/agent.diff 2>/dev/null || patch --batch --fuzz=5 -p1 -i /tmp/agent.diff >/dev/null || exit 90",
+               *set_up,
                "git apply /tmp/tests.diff || exit 91",
                f"{task.install_config.test_cmd} {' '.join(shlex.quote(f) for f in select_test_files(task))}"]
     proc = subprocess.run(["docker", "run", "--rm", "--network", "none", image, "bash", "-c", "\n".join(script)],

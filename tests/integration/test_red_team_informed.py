@@ -834,3 +834,68 @@ def test_with_the_tripwire_off_a_layer_below_still_refuses_it(attack, which, tas
                 else {FailureClass.TAMPERED})
     assert res.failure_class in expected, f"{res.failure_class}: {res.reason}"
     assert "tripwire" not in res.reason
+
+
+# --- the install a set-up re-runs after the prediction (every SWE-bench record's specs["install"]) ----------
+# The agent's setup.py runs then. As root it could write anywhere: here a plugin, registered by an entry point
+# in site-packages, that passes exactly the FAIL_TO_PASS tests by name (so the copies, named otherwise, keep
+# their outcomes), in a file that is neither the patch's nor the tests' (so no tripwire or hook listing owns
+# it), in a folder the audit leaves to root. Without root it can only leave the plugin where the tests' user
+# may write, in the repository, which the audit reads.
+
+INSTALL = "python -m pip install --no-build-isolation --no-deps -e ."
+
+
+def install_time_plugin(task) -> str:
+    forced = sorted(task.FAIL_TO_PASS)
+    plant = f'''
+def _zz_plant():
+    import os, sysconfig
+    plugin = ("import pytest\\n"
+              "@pytest.hookimpl(hookwrapper=True)\\n"
+              "def pytest_runtest_makereport(item, call):\\n"
+              "    outcome = yield\\n"
+              "    report = outcome.get_result()\\n"
+              "    if report.failed and item.nodeid.split(' ')[0] in {forced!r}:\\n"
+              "        report.outcome = 'passed'\\n")
+    for top in (sysconfig.get_paths()["purelib"], os.getcwd()):
+        try:
+            info = os.path.join(top, "zz_install_plugin-1.0.dist-info")
+            os.makedirs(info, exist_ok=True)
+            with open(os.path.join(info, "METADATA"), "w") as f:
+                f.write("Metadata-Version: 2.1\\nName: zz-install-plugin\\nVersion: 1.0\\n")
+            with open(os.path.join(info, "entry_points.txt"), "w") as f:
+                f.write("[pytest11]\\nzz = zz_install_plugin\\n")
+            with open(os.path.join(top, "zz_install_plugin.py"), "w") as f:
+                f.write(plugin)
+            return
+        except OSError:
+            continue
+_zz_plant()
+'''
+    return appended(task, "setup.py", plant)
+
+
+def with_install(task):
+    """The task as a SWE-bench record sets it up: the package re-installed once the prediction is in."""
+    cfg = task.install_config.model_copy(update={"eval_commands": [*task.install_config.eval_commands, INSTALL]})
+    return task.model_copy(update={"install_config": cfg})
+
+
+def test_an_install_time_plugin_fools_a_root_install_and_not_swerl(tasks, tmp_path):
+    task, image = tasks["toolz"]
+    patch = install_time_plugin(task)
+    assert plain_run_resolves(task, image, patch, set_up=[INSTALL]), "the plugin does not fool a root install"
+    res = grade(with_install(task), image, patch, tmp_path)
+    assert (res.resolved, res.failure_class) == (False, FailureClass.TAMPERED), res.reason
+    assert "zz_install_plugin" in res.reason
+
+
+def test_the_gold_patch_resolves_with_the_install_run_as_the_test_user(tasks, tmp_path):
+    task, image = tasks["toolz"]
+    res = grade(with_install(task), image, task.patch, tmp_path)
+    assert (res.resolved, res.failure_class) == (True, None), res.reason
+    eval_sh = next(tmp_path.rglob("eval.sh")).read_text()
+    # the install, once, inside the test user's set-up run (the other run as that user is the test command's)
+    assert eval_sh.count(INSTALL) == 1 and eval_sh.count("--clear-outside 1") == 1
+    assert eval_sh.index("--clear-outside 1 -- bash -c 'set -uxo pipefail\n" + INSTALL) > 0

@@ -168,3 +168,49 @@ def test_a_published_script_runs_only_its_test_command_as_the_user():
     # the set-up (activation, checkout, test patch) and the reset run as root; only the test command as the user
     assert text.endswith(": '>>>>> Start Test Output'\n" + tail + "\n")
     assert text.count("pytest -rA") == 1 and text.index("git apply -v -") < text.index("Start Test Output")
+
+
+def test_after_a_set_up_run_as_the_user_nothing_of_theirs_is_left_outside_the_repository(tmp_path):
+    from swerl.grading.test_user import clear_outside
+
+    uid = 54329
+    home, scratch = tmp_path / "home", tmp_path / "tmp"
+    for folder in (home / ".cache" / "pip", scratch / "pip-uninstall-x"):
+        folder.mkdir(parents=True)
+    (home / ".cache" / "pip" / "a.whl").write_text("wheel")
+    (scratch / "pip-uninstall-x" / "__editable__.pkg.pth").write_text("import evil")
+    (scratch / "planted.pth").write_text("import evil")
+    (scratch / "root-s.txt").write_text("root's")
+    (scratch / "link").symlink_to("/etc")
+    for path in (home, home / ".cache", home / ".cache" / "pip", home / ".cache" / "pip" / "a.whl",
+                 scratch / "pip-uninstall-x", scratch / "pip-uninstall-x" / "__editable__.pkg.pth", scratch / "planted.pth"):
+        os.chown(path, uid, uid)
+    os.lchown(scratch / "link", uid, uid)
+    clear_outside(uid, str(home), (str(scratch),))
+    # the user's entries are gone (a link removed, never followed); root's stay; the home is fresh
+    assert sorted(p.name for p in scratch.iterdir()) == ["root-s.txt"] and Path("/etc/passwd").exists()
+    assert sorted(p.name for p in home.iterdir()) == [".gitconfig"] and home.stat().st_uid == uid
+    assert (home / ".gitconfig").read_text() == "[safe]\n\tdirectory = *\n"
+
+
+def test_a_published_script_s_install_runs_as_the_user_and_its_checkout_as_root():
+    from swerl.data.task import Task
+    from swerl.grading.test_script import published_script
+
+    eval_script = ("#!/bin/bash\nset -uxo pipefail\nsource /opt/miniconda3/bin/activate\nconda activate testbed\n"
+                   "cd /testbed\npython -m pip install -e .\ngit checkout abc1234 tests/test_a.py\n"
+                   "git apply -v - <<'EOF_1'\n(patch)\nEOF_1\n"
+                   ": '>>>>> Start Test Output'\npytest -rA tests/test_a.py\n: '>>>>> End Test Output'\n")
+    task = Task.model_validate({"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc1234", "patch": "", "test_patch": "",
+                                "problem_statement": "x", "FAIL_TO_PASS": ["tests/test_a.py::test_x"], "PASS_TO_PASS": [],
+                                "eval_script": eval_script, "image": "img"})
+    iso = Isolation("/tmp/g/u.py", "/tmp/g/ev-1", "/tmp/home-1", 54321, timeout_s=60)
+    text = published_script(task, [], iso, "/testbed", []).text
+    install = ('mkdir -p -m 700 /tmp/g/ev-1/set-up\n"$SWERL_PYTHON" -I -S /tmp/g/u.py run /testbed 54321 /tmp/home-1 '
+               "--timeout-s 60 --evidence /tmp/g/ev-1/set-up --clear-outside 1 -- bash -c 'set -uxo pipefail\n"
+               "python -m pip install -e .'\n")
+    assert ("conda activate testbed\ncd /testbed\n" + install + "git checkout abc1234 tests/test_a.py\n"
+            "git apply -v - <<'EOF_1'\n") in text
+    # without a test user (a layer tested alone) the set-up is as published
+    plain = published_script(task, [], Isolation("/tmp/g/u.py", "/tmp/g/ev-1", "/tmp/home-1", None), "/testbed", []).text
+    assert "cd /testbed\npython -m pip install -e .\ngit checkout" in plain
