@@ -44,8 +44,9 @@ def _test_directives(test_patch: str) -> list[str]:
     return [d for d in re.findall(r"diff --git a/.* b/(.*)", test_patch) if not any(d.endswith(e) for e in NON_TEST_EXTS)]
 
 
-def eval_script(task: Task, *, test_cmd: str = TEST_CMD) -> str:
-    """The bash script swebench's generator wrote for a pytest repository (make_eval_script_list_py)."""
+def eval_script(task: Task, *, test_cmd: str = TEST_CMD, install: str | None = None) -> str:
+    """The bash script swebench's generator wrote for a pytest repository (make_eval_script_list_py), with
+    the specs' ``install`` (re-run once the prediction is in) where the repository has one."""
     base = task.base_commit
     reset_tests = f"git checkout {base} {' '.join(_modified_files(task.test_patch))}"
     lines = [
@@ -59,6 +60,7 @@ def eval_script(task: Task, *, test_cmd: str = TEST_CMD) -> str:
         f"git -c core.fileMode=false diff {base}",
         f"source {CONDA_ROOT}/bin/activate",
         f"conda activate {ENV_NAME}",
+        *([install] if install else []),
         reset_tests,
         f"git apply -v - <<'{HEREDOC_DELIMITER}'\n{task.test_patch}\n{HEREDOC_DELIMITER}",
         f": '{START_TEST_OUTPUT}'",

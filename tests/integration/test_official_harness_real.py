@@ -1,7 +1,9 @@
 """swebench's own harness and ``swerl grade`` on real packages made at test time from PyPI sdists
 (tests/support/pypi_tasks.py), published as SWE-bench 5 records of their own images: idna on Python 3.9
-(unittest-style test classes, pyproject only) and pytest-mock on 3.11 (a pytest plugin whose own suite runs
-pytest inside pytest and needs itself loaded there by its entry point). Verdicts must be equal on every
+(unittest-style test classes, pyproject only), pytest-mock on 3.11 (a pytest plugin whose own suite runs
+pytest inside pytest and needs itself loaded there by its entry point) and trio on 3.11 (the bug inside the
+library's own ``testing`` package, async tests run by trio's pytest plugin, and the install every SWE-bench
+script re-runs after the patch). Verdicts must be equal on every
 legitimate prediction, and both tasks must validate as a publisher validates them."""
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ def pypi(docker_ready, tmp_path_factory):
     """The real-package tasks (tests/support/pypi_tasks.py) as SWE-bench 5 records of their own images: the
     publisher's eval script, without conda (their Python is on PATH), running the files their tests live in."""
     from swerl.demo.swebench_records import eval_script, swebench_record
-    from tests.support.pypi_tasks import IDNA, SHAPE_SPECS, TASK_SPECS, TEST_CMD, publish
+    from tests.support.pypi_tasks import IDNA, SHAPE_SPECS, TASK_SPECS, TEST_CMD, TRIO, publish
 
     # idna on 3.9 (pyproject only, unittest-style test classes) and pytest-mock on 3.11 (a pytest plugin whose
     # own suite runs pytest inside pytest, and needs itself loaded there by its entry point)
@@ -36,7 +38,10 @@ def pypi(docker_ready, tmp_path_factory):
     records = {}
     for task in load_tasks(published.tasks_file).tasks:
         record = swebench_record(task, published.images[task.instance_id])
-        script = eval_script(task, test_cmd=f"{TEST_CMD} {' '.join(related[task.instance_id])}")
+        # trio's as every SWE-bench record's: the package re-installed once the prediction is in (as root and
+        # online under swebench; as the test user, so failing, under swerl, where the image's install stands)
+        install = "python -m pip install -e ." if task.repo == TRIO.repo else None
+        script = eval_script(task, test_cmd=f"{TEST_CMD} {' '.join(related[task.instance_id])}", install=install)
         record["eval_script"] = "".join(line for line in script.splitlines(keepends=True) if "activate" not in line)
         records[task.instance_id] = record
     path = root / "swebench.jsonl"
@@ -55,11 +60,13 @@ def test_on_real_packages_swerl_agrees_with_swebench_s_harness(pypi, tmp_path, m
             (iid, "gold", task.patch, True),
             (iid, "empty", "", True),
             (iid, "testing_folder_helper", variant(repo, task.base_commit, task.patch, {
-                f"{folder}/testing/__init__.py": "MARK = 'library code in a folder named testing'\n",
+                f"{folder}/testing/__init__.py": lambda t: t + "\nMARK = 'library code in a folder named testing'\n",
                 f"{folder}/__init__.py": lambda t, pkg=pkg: t + f"\nfrom {pkg}.testing import MARK as _MARK  # noqa: F401\n"},
                 tmp_path), True),
         ]
-        if "dependencies = [" in (repo / "pyproject.toml").read_text():  # a dependency that names pytest
+        # a dependency that names pytest, on the first task that declares dependencies
+        if "dependencies = [" in (repo / "pyproject.toml").read_text() and not any(
+                p[1] == "pyproject_dependencies" for p in preds):
             preds.append((iid, "pyproject_dependencies", variant(repo, task.base_commit, task.patch, {
                 "pyproject.toml": lambda t: t.replace("dependencies = [", 'dependencies = [\n    "pytest-timeout>=0; '
                                                       'python_version < \'3\'",', 1)}, tmp_path), True))
@@ -72,6 +79,8 @@ def test_on_real_packages_swerl_agrees_with_swebench_s_harness(pypi, tmp_path, m
     assert {key: row[0] for key, row in table.items()} == {key: key[1] != "empty" for key in table}, table
     assert {key: row[1] for key, row in table.items()} == {key: row[0] for key, row in table.items()}, table
     assert any(name == "pyproject_dependencies" for _, name in table)
+    # one task's bug (so its gold fix) is inside the library's own `testing` package
+    assert any("/testing/" in split_diff(t.patch)[0].path for t in tasks.values())
     # and validated as a publisher validates, from these gradings: gold resolves, the empty patch does not, the
     # FAIL_TO_PASS tests fail without the fix, and no rule dropped a file of the gold patch
     for iid, task in tasks.items():

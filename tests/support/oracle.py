@@ -9,7 +9,8 @@ from pathlib import Path
 
 
 def variant(repo: Path, commit: str, gold: str, edit: dict, tmp: Path) -> str:
-    """The diff of ``commit`` after the gold patch and ``edit`` ({path: new text, or a function of the old})."""
+    """The diff of ``commit`` after the gold patch and ``edit`` ({path: new text, or a function of the old text,
+    "" for a new file})."""
     work = tmp / f"work-{uuid.uuid4().hex[:6]}"
     subprocess.run(["git", "clone", "-q", str(repo), str(work)], check=True)
     subprocess.run(["git", "checkout", "-q", commit], cwd=work, check=True)
@@ -18,7 +19,7 @@ def variant(repo: Path, commit: str, gold: str, edit: dict, tmp: Path) -> str:
     for path, change in edit.items():
         target = work / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(change(target.read_text()) if callable(change) else change)
+        target.write_text(change(target.read_text() if target.exists() else "") if callable(change) else change)
     subprocess.run(["git", "add", "-A"], cwd=work, check=True)
     return subprocess.run(["git", "diff", "--cached", commit], cwd=work, check=True, capture_output=True, text=True).stdout
 

@@ -287,9 +287,61 @@ PYTEST_MOCK = Package(
         """),
 )
 
+TRIO = Package(
+    name="trio", version="0.27.0",
+    sha256="1dcc95ab1726b2da054afea8fd761af74bad79bd52381b84eae408e983c76831",
+    repo="python-trio/trio", build="setuptools (pyproject.toml, src layout); its pytest plugin named by -p in addopts",
+    pyproject_only=False,
+    # the bug is library code in a package named `testing` (trio.testing, what users import to test their code)
+    mutation=Mutation(
+        path="src/trio/testing/_checkpoints.py", function="_assert_yields_or_not", kind="func_pm_op_swap",
+        old="            task._cancel_points == orig_cancel or task._schedule_points == orig_schedule\n",
+        new="            task._cancel_points == orig_cancel and task._schedule_points == orig_schedule\n",
+    ),
+    test_path="src/trio/_tests/test_checkpoint_halves.py",
+    test_source='''\
+        import pytest
+
+        from trio import _core
+        from trio.testing import assert_checkpoints
+
+
+        @pytest.mark.parametrize(
+            "partial_yield",
+            [_core.checkpoint_if_cancelled, _core.cancel_shielded_checkpoint],
+            ids=["cancel point only", "schedule point only"],
+        )
+        async def test_half_a_checkpoint_is_not_one(partial_yield):
+            with pytest.raises(AssertionError, match="did not yield"):
+                with assert_checkpoints():
+                    await partial_yield()
+
+
+        async def test_a_whole_checkpoint_is_one():
+            with assert_checkpoints():
+                await _core.checkpoint()
+        ''',
+    related_tests=("src/trio/_tests/test_testing.py",),
+    problem_statement=textwrap.dedent("""\
+        trio.testing.assert_checkpoints accepts half a checkpoint
+
+        A checkpoint is a cancel point *and* a schedule point, but `assert_checkpoints` is
+        satisfied by either one alone:
+
+        ```python
+        with trio.testing.assert_checkpoints():
+            await trio.lowlevel.cancel_shielded_checkpoint()  # schedules, never checks cancellation
+        ```
+
+        passes, though the block holds no checkpoint. It should raise
+        `AssertionError: assert_checkpoints block did not yield!` unless both happened.
+        """),
+)
+
 PACKAGES = (MORE_ITERTOOLS, TOOLZ, IDNA)
-# the shapes SWE-bench has that the three above lack: a pytest plugin whose own tests run pytest in pytest
-SHAPE_SPECS = (TaskSpec(PYTEST_MOCK, "3.11"),)
+# the shapes SWE-bench has that the three above lack: a pytest plugin whose own tests run pytest in pytest, and
+# a bug inside a library's own `testing` package (src layout, async tests run by the library's pytest plugin)
+SHAPE_SPECS = (TaskSpec(PYTEST_MOCK, "3.11"), TaskSpec(TRIO, "3.11"))
 # the pyproject.toml-only package installed editable on 3.9; toolz on both Pythons
 TASK_SPECS = (
     TaskSpec(IDNA, "3.9"),

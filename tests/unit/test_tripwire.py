@@ -111,6 +111,19 @@ def test_the_same_from_the_project_s_own_unchanged_file_is_not(sandbox, name):
     assert run_as_user(sandbox, TAMPERING[name][0], agent_files=(), testmod=TESTMOD) == [] or "thread" in name
 
 
+def test_the_agent_s_module_giving_itself_a_class_is_not_recorded(sandbox):
+    # trio's __init__ ends with _deprecate.enable_attribute_deprecations(__name__): a library helper sets the
+    # class of the module being imported. A fix that edits that __init__ makes it the agent's file
+    shim = ("import sys, types\nclass D(types.ModuleType):\n    pass\n"
+            "def give_class(name):\n    sys.modules[name].__class__ = D\n")
+    code = ("import shim\nshim.give_class(__name__)\nimport sys, types\nclass M(types.ModuleType):\n    pass\n"
+            "sys.modules[__name__].__class__ = M\n")
+    assert run_as_user(sandbox, code, shim=shim) == []
+    # another module's class, through the same helper, still is
+    assert [r.split(" ")[0] for r in run_as_user(sandbox, "import json, shim\nshim.give_class('json')\n", shim=shim)] == [
+        "object.__setattr__"]
+
+
 ORDINARY = textwrap.dedent("""\
     import collections, dataclasses, inspect, json, logging, re, traceback, typing, warnings, os
     import ctypes  # loads its own libraries

@@ -172,7 +172,12 @@ def _install():
                     return None
                 return f"{name} of {getattr(obj, '__qualname__', kind)} replaced", True
             if name == "__class__" and kind == "module":
-                return f"class of module {getattr(obj, '__name__', '?')} replaced", True
+                # a module giving itself a class (deprecation shims, lazy attributes: trio, numpy) as it is
+                # imported, or the agent's own module given one, is no tampering; another module's is
+                path, module = getattr(obj, "__file__", None), str(getattr(obj, "__name__", "?"))
+                if defining(frame, module) or (isinstance(path, str) and is_agent(path)):
+                    return None
+                return f"class of module {module} replaced", True
             # CPython audits a class's special attributes only (its bases, name, module, doc), not a method put on
             # it: a patched runner method is the canaries' to catch
             if isinstance(obj, type) and isinstance(name, str):
