@@ -46,8 +46,11 @@ def evaluate_stage(params: EvaluateParams = EvaluateParams(), parent_run_id: str
     """
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+    from swerl.inference.factory import require_model
+
     tasks, repos = task_inputs(params.tasks, params.repos)
     policy = tr.resolve_policy(params.tracking, params.model)
+    require_model(policy["path"])  # before an MLflow run or a logged model exists for it
     label = stage or f"evaluate-{_label(params.model)}"
     from prefect.runtime import flow_run
 

@@ -184,9 +184,12 @@ def grade(
     from swerl.grading.grader import GradingConfig, grade_many
     from swerl.grading.predictions import read_predictions
 
-    _docker_ready()
     by_id = {t.instance_id: t for t in _load(tasks, skip_invalid)}
-    preds, bad = read_predictions(predictions, known_ids=by_id)
+    try:
+        preds, bad = read_predictions(predictions, known_ids=by_id)
+    except OSError as e:  # missing, a folder, unreadable: the input's fault, said before Docker is asked anything
+        _fail(f"predictions file {predictions} cannot be read ({e.strerror or e}); check the path and the working directory")
+    _docker_ready()
     for line in bad:
         console.print(f"[yellow]skipped[/] {line}")
     wanted = list({p.instance_id: by_id[p.instance_id] for p in preds}.values())

@@ -22,7 +22,7 @@ from swerl.cli.progress import bar
 from swerl.rl.rewards import RewardConfig
 from swerl.rl.rft import RFTConfig
 from swerl.stages.train import DAPO_TRAIN, RFT_TRAIN, DAPOObjective, TrainCommon, TrainSettings
-from swerl.train.base import DeepSpeedTrainerConfig, LossConfig, OptimizerConfig, TorchTrainerConfig
+from swerl.train.config import DeepSpeedTrainerConfig, LossConfig, OptimizerConfig, TorchTrainerConfig
 
 train_app = typer.Typer(no_args_is_help=True, help="Train the policy on stored trajectories: rft (rejection fine-tuning) or dapo (one RL update).")
 

@@ -23,9 +23,7 @@ def read_predictions(path: Path, known_ids: Collection[str] | None = None) -> tu
 
     With ``known_ids``, a prediction for any other instance is a bad line too.
     """
-    if not path.is_file():
-        raise FileNotFoundError(f"predictions file {path} does not exist")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = path.read_text(encoding="utf-8", errors="replace")  # OSError (missing, a folder, unreadable) is the caller's to say
     preds: list[Prediction] = []
     bad: list[tuple[int, str]] = []  # (position, message): reported in file order
     if path.suffix == ".json":

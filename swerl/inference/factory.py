@@ -41,6 +41,40 @@ def require_local_model(name_or_path: str | Path) -> None:
                           "ORG/NAME")
 
 
+HUB_PROBE_TIMEOUT_S = 5.0
+
+
+def require_model(name_or_path: str | Path, probe_timeout_s: float = HUB_PROBE_TIMEOUT_S) -> None:
+    """Fail in seconds on a model that is neither a local folder nor a hub id this machine can fetch.
+
+    A local-looking path must exist (``require_local_model``). A bare ``NAME`` or ``ORG/NAME`` that
+    is no folder here must be in the Hugging Face cache or answer one probe of the hub; otherwise
+    transformers retries the hub for minutes and its message never says no local folder was found.
+    """
+    require_local_model(name_or_path)
+    ref = str(name_or_path)
+    if Path(ref).expanduser().exists():
+        return
+    try:
+        from huggingface_hub import HfApi, try_to_load_from_cache
+        from huggingface_hub.constants import HF_HUB_OFFLINE
+    except ImportError:  # transformers needs it; without it there is nothing to load with anyway
+        return
+    if isinstance(try_to_load_from_cache(ref, "config.json"), str):
+        return
+    if HF_HUB_OFFLINE:
+        why = "HF_HUB_OFFLINE is set and it is not in the Hugging Face cache"
+    else:
+        try:
+            HfApi().model_info(ref, timeout=probe_timeout_s)
+            return
+        except Exception as e:  # noqa: BLE001 - unreachable, unknown or gated: each is the same answer here
+            why = f"the Hugging Face hub did not answer for it ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
+    raise EngineError(f"model {ref!r} is neither a local folder (looked for {Path(ref).expanduser().resolve()}) nor a hub "
+                      f"model this machine can fetch: {why}. Give an existing model folder (e.g. from `swerl model "
+                      "init-tiny --out DIR`), or a hub id once the hub is reachable")
+
+
 def load_tokenizer(name_or_path: str | Path):
     require_local_model(name_or_path)
     from transformers import AutoTokenizer

@@ -17,8 +17,7 @@ from swerl.rl.rewards import RewardConfig
 from swerl.rl.rft import RFTConfig
 from swerl.stages.config import part
 from swerl.stages.errors import NothingToTrainError, StageInputError
-from swerl.train.base import LossConfig, TrainerConfig, TrainerSettings
-from swerl.train.run import RunMismatchError, RunResult
+from swerl.train.config import LossConfig, TrainerConfig, TrainerSettings
 
 
 # The paper's presets: RFT at 5e-6, cosine, 10 warm-up steps (batch 64 there); DAPO at 1e-6, constant, batch 128.
@@ -129,7 +128,7 @@ def trainer_config(stage: TrainCommon, objective: str, total_steps: int, loss: L
 def _train(stage: TrainCommon, rows, config: TrainerConfig, spec: dict, extra: dict[str, float],
            on_start: OnStart | None, on_step: OnStep | None) -> TrainOutcome:
     from swerl.train import data
-    from swerl.train.run import train_run
+    from swerl.train.run import RunMismatchError, RunResult, train_run
 
     try:
         data.check_lengths(rows, config.max_tokens_per_microbatch)

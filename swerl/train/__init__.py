@@ -11,9 +11,25 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-from swerl.train.base import (DeepSpeedTrainerConfig, LossConfig, OptimizerConfig, ResumeState, TorchTrainerConfig, TrainBatch, Trainer,
-                              TrainerBackend, TrainerConfig, TrainerSettings)
-from swerl.train.checkpoint import latest_checkpoint, step_dir
+from typing import TYPE_CHECKING, Any
+
+from swerl.train.config import (DeepSpeedTrainerConfig, LossConfig, OptimizerConfig, TorchTrainerConfig, TrainerBackend,
+                                TrainerConfig, TrainerSettings)
+
+if TYPE_CHECKING:
+    from swerl.train.base import ResumeState, TrainBatch, Trainer
+
+# torch's names, imported on first use: the settings above describe a run without importing a framework
+_LAZY = {"ResumeState": "base", "TrainBatch": "base", "Trainer": "base", "latest_checkpoint": "checkpoint",
+         "step_dir": "checkpoint"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'swerl.train' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"swerl.train.{_LAZY[name]}"), name)
 
 
 def _torch(model_dir: str | Path, config: TrainerConfig) -> Trainer:

@@ -15,7 +15,7 @@ import pytest
 from prefect import flow
 
 from flows._hooks import HOOKS, kill_mlflow_runs
-from swerl.orchestration.params import TrackingParams
+from swerl.orchestration.params import EvaluateParams, TrackingParams
 from tasks import tracking as tr
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,6 +51,12 @@ def opens_a_run_and_stops(tracking: TrackingParams, name: str) -> None:
 @flow(name="fails-before-logging", **HOOKS)
 def fails_before_logging(tracking: TrackingParams) -> None:
     raise ValueError("bad task file")
+
+
+@flow(name="evaluate-as-deployed-fails", **HOOKS)
+def evaluate_as_deployed_fails(params: EvaluateParams = EvaluateParams()) -> None:
+    tr.stage_run(params.tracking, None, "evaluate", standalone_id="deployed")
+    raise RuntimeError("the inference server went away")
 
 
 # run in a process of its own, which the test terminates as a worker shutting down would
@@ -136,3 +142,42 @@ def test_a_flow_process_terminated_mid_run_ends_its_run_failed(prefect_api, trac
     assert proc.returncode == -signal.SIGTERM
     assert "Finished in state Crashed" in out
     assert [status for status, _ in runs_by_name(tracking).values()] == ["FAILED"]
+
+
+def test_a_failed_flow_whose_parameters_leave_tracking_to_the_default_ends_its_run_failed(prefect_api, tmp_path,
+                                                                                        monkeypatch):
+    # a deployment's, the UI's and a schedule's parameters carry only what the user set: no `tracking`
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'default.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    state = evaluate_as_deployed_fails(params={"model": "champion"}, return_state=True)
+    assert state.is_failed()
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name(TrackingParams().experiment).experiment_id])
+    assert [(r.info.run_name, r.info.status) for r in runs] == [("deployed", "FAILED")]
+
+
+def test_every_flow_s_tracking_default_is_the_one_the_hooks_fall_back_on():
+    import inspect
+
+    from prefect import Flow
+
+    from flows import build_images, dapo_iteration, evaluate, grade, pipeline, rft, rollout
+
+    found = 0
+    for module in (build_images, dapo_iteration, evaluate, grade, pipeline, rft, rollout):
+        for fn in (getattr(module, n) for n in dir(module)):
+            target = getattr(fn, "fn", None)
+            if not isinstance(fn, Flow) or getattr(target, "__module__", "") != module.__name__:
+                continue
+            for p in inspect.signature(target).parameters.values():
+                hints = inspect.get_annotations(target, eval_str=True)
+                kind = hints.get(p.name)
+                if p.name == "tracking" and p.default is not p.empty:  # a required one is always in the parameters
+                    found += 1
+                    assert p.default == TrackingParams(), (module.__name__, p.name)
+                elif isinstance(kind, type) and "tracking" in getattr(kind, "model_fields", {}):
+                    found += 1
+                    assert kind.model_fields["tracking"].get_default(call_default_factory=True) == TrackingParams()
+    assert found >= 5

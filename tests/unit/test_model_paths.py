@@ -46,3 +46,26 @@ def test_the_hf_engine_refuses_a_missing_local_path_before_loading_anything():
     with pytest.raises(EngineError, match="model path './nowhere/model' does not exist"):
         HFEngine(HFEngineConfig(model="./nowhere/model"))
     assert time.monotonic() - t0 < 2.0
+
+
+def test_a_bare_name_that_is_no_folder_and_no_fetchable_hub_model_fails_naming_both(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    from swerl.inference.factory import EngineError, require_model
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(EngineError) as err:
+        require_model("no-such-model")
+    assert str(err.value).startswith(f"model 'no-such-model' is neither a local folder (looked for {tmp_path / 'no-such-model'}) "
+                                     "nor a hub model this machine can fetch: HF_HUB_OFFLINE is set and it is not in the "
+                                     "Hugging Face cache.")
+    # online, one probe of the hub decides (this machine reaches no hub: it names why)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    with pytest.raises(EngineError, match=r"nor a hub model this machine can fetch: the Hugging Face hub did not answer"):
+        require_model("org/no-such-model", probe_timeout_s=2)
+    # a folder of that name is the model, whatever the hub says
+    (tmp_path / "no-such-model").mkdir()
+    require_model("no-such-model")
