@@ -148,17 +148,22 @@ def test_without_a_test_user_the_events_still_go_down_the_pipe():
     assert iso.after() == ["wait $swerl_collector"]
 
 
-def test_a_published_script_runs_only_its_test_command_as_the_user():
+def published_task(eval_script: str):
     from swerl.data.task import Task
+
+    return Task.model_validate({"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc1234", "patch": "", "test_patch": "",
+                                "problem_statement": "x", "FAIL_TO_PASS": ["tests/test_a.py::test_x"], "PASS_TO_PASS": [],
+                                "eval_script": eval_script, "image": "img"})
+
+
+def test_a_published_script_runs_only_its_test_command_as_the_user():
     from swerl.grading.test_script import published_script
 
     eval_script = ("#!/bin/bash\nset -uxo pipefail\nsource /opt/miniconda3/bin/activate\nconda activate testbed\n"
                    "cd /testbed\ngit checkout abc1234 tests/test_a.py\ngit apply -v - <<'EOF_1'\n(patch)\nEOF_1\n"
                    ": '>>>>> Start Test Output'\npytest -rA tests/test_a.py\n: '>>>>> End Test Output'\n"
                    "git checkout abc1234 tests/test_a.py\n")
-    task = Task.model_validate({"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc1234", "patch": "", "test_patch": "",
-                                "problem_statement": "x", "FAIL_TO_PASS": ["tests/test_a.py::test_x"], "PASS_TO_PASS": [],
-                                "eval_script": eval_script, "image": "img"})
+    task = published_task(eval_script)
     iso = Isolation("/tmp/g/u.py", "/tmp/g/ev-1", "/tmp/home-1", 54321)
     text = published_script(task, [], iso, "/testbed", []).text
     wrapped = "\n".join(iso.wrap(["pytest -rA tests/test_a.py"], trace=True, workdir="/testbed"))
@@ -194,16 +199,13 @@ def test_after_a_set_up_run_as_the_user_nothing_of_theirs_is_left_outside_the_re
 
 
 def test_a_published_script_s_install_runs_as_the_user_and_its_checkout_as_root():
-    from swerl.data.task import Task
     from swerl.grading.test_script import published_script
 
     eval_script = ("#!/bin/bash\nset -uxo pipefail\nsource /opt/miniconda3/bin/activate\nconda activate testbed\n"
                    "cd /testbed\npython -m pip install -e .\ngit checkout abc1234 tests/test_a.py\n"
                    "git apply -v - <<'EOF_1'\n(patch)\nEOF_1\n"
                    ": '>>>>> Start Test Output'\npytest -rA tests/test_a.py\n: '>>>>> End Test Output'\n")
-    task = Task.model_validate({"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc1234", "patch": "", "test_patch": "",
-                                "problem_statement": "x", "FAIL_TO_PASS": ["tests/test_a.py::test_x"], "PASS_TO_PASS": [],
-                                "eval_script": eval_script, "image": "img"})
+    task = published_task(eval_script)
     iso = Isolation("/tmp/g/u.py", "/tmp/g/ev-1", "/tmp/home-1", 54321, timeout_s=60)
     text = published_script(task, [], iso, "/testbed", []).text
     install = ('mkdir -p -m 700 /tmp/g/ev-1/set-up\n"$SWERL_PYTHON" -I -S /tmp/g/u.py run /testbed 54321 /tmp/home-1 '
