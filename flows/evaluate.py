@@ -10,10 +10,13 @@ from typing import Any
 from prefect import flow
 
 from flows._hooks import HOOKS
+from swerl.eval.report import pass_at_1_text
 from swerl.orchestration.artifact_keys import artifact_key
+from swerl.orchestration.follow import say
 from swerl.orchestration.inputs import task_inputs
 from swerl.orchestration.metrics import eval_metrics, prefixed
 from swerl.orchestration.params import EvaluateParams
+from swerl.orchestration.summary import plural, promotion_words
 from tasks import tracking as tr
 from tasks.rollout import evaluate_task
 
@@ -74,19 +77,22 @@ def evaluate_stage(params: EvaluateParams = EvaluateParams(), parent_run_id: str
     tr.log_evaluation(params.tracking, run_id, model_id, prefixed("eval", metrics), step=step,
                       dataset=("eval-tasks", digests["tasks"]), registered_version=policy["registered_version"],
                       pass_at_1=report["pass_at_1"])
-    promoted = None
+    promoted, before = None, (None, None)
     if params.promote and policy["registered_version"]:
+        before = tr.champion_state(params.tracking)
         promoted = tr.promote(params.tracking, policy["registered_version"], report["pass_at_1"], force=params.force_promote)
+    champion = promotion_words(params.promote, policy["registered_version"], report["pass_at_1"], before, promoted,
+                               params.force_promote)
     tr.finish_run(params.tracking, run_id, summary={"eval": report, "checkpoint": policy["path"], "promoted": promoted})
     rows = [{"k": int(k), "pass_at_k": round(v, 4)} for k, v in sorted(report["pass_at_k"].items(), key=lambda kv: int(kv[0]))]
     create_table_artifact(key=artifact_key("eval", _label(label)), table=rows,
                           description=f"Pass@k of {params.model} on {tasks} ({report['runs']} runs per task)")
+    score = pass_at_1_text(report["pass_at_1"], report["pass_at_1_sem"], report["runs"])
     create_markdown_artifact(
         key="evaluation", description="Latest evaluation",
-        markdown=f"**{params.model}** (`{policy['path']}`): Pass@1 = **{report['pass_at_1']:.1%} ± {report['pass_at_1_sem']:.1%}** "
-                 f"over {report['runs']} runs of {report['tasks']} tasks; MLflow run `{run_id}`"
-                 + (f"; champion moved: {promoted}" if promoted is not None else ""))
-    print(f"Pass@1 = {report['pass_at_1']:.1%} ± {report['pass_at_1_sem']:.1%} ({report['runs']} runs, {report['tasks']} tasks)")
+        markdown=f"**{params.model}** (`{policy['path']}`): Pass@1 = **{score}** "
+                 f"over {report['runs']} runs of {report['tasks']} tasks; MLflow run `{run_id}`; {champion}")
+    say(f"{label}: Pass@1 {score} ({plural(report['runs'], 'run')} of {plural(report['tasks'], 'task')}); {champion}")
     return {"report": report, "metrics": metrics, "run_id": run_id, "out": str(folder), "promoted": promoted,
             "checkpoint": policy["path"], "model_id": model_id}
 

@@ -11,7 +11,6 @@ The policy stages are a typed list (``swerl.orchestration.plan.stage_plan``) wal
 from __future__ import annotations
 
 import json
-import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,10 @@ from flows._hooks import HOOKS, container_label
 from swerl.orchestration.artifact_keys import artifact_key
 from flows.evaluate import evaluate_stage
 from flows.train_iteration import train_iteration
-from swerl.orchestration.follow import STAGE_LOGGER
+from swerl.orchestration.follow import say
 from swerl.orchestration.inputs import curriculum_inputs, task_inputs, tiny_model
 from swerl.orchestration.ledger import Ledger
+from swerl.orchestration.live_table import LiveTable
 from swerl.orchestration.metrics import prefixed, stage_row, table_rows
 from swerl.orchestration.params import EvaluateParams, PipelineParams
 from swerl.orchestration.plan import StartStep, TrainStep, stage_plan
@@ -121,13 +121,6 @@ def behaviour_in(store: Path) -> Behaviour | None:
     return behaviour_of(stored_trajectories(store)) if Path(store).is_dir() else None
 
 
-def say(line: str) -> None:
-    """A line for a person: the console, and the flow run's log under STAGE_LOGGER, which `swerl follow` prints."""
-    from prefect.logging import get_run_logger
-
-    logging.LoggerAdapter(logging.getLogger(STAGE_LOGGER), get_run_logger().extra).info(line)
-
-
 def _run_name() -> str:
     """``pipeline-<name>``, also for a deployment's run (Prefect names those at random)."""
     from prefect.runtime import flow_run
@@ -155,7 +148,7 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
 
 def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
     from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_progress_artifact
-    from prefect.artifacts import create_table_artifact, update_progress_artifact
+    from prefect.artifacts import update_progress_artifact
 
     run_dir = params.run_dir
     ledger = Ledger(run_dir)
@@ -203,9 +196,11 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
             say(f"{name}: finished in an earlier run, skipped")
         return done
 
+    metrics_table = LiveTable(artifact_key("metrics", params.name),
+                              f"Per-stage metrics of pipeline {params.name} (Pass@1 over {params.eval.runs} runs)")
+
     def table() -> None:
-        create_table_artifact(key=artifact_key("metrics", params.name), table=table_rows(rows),
-                              description=f"Per-stage metrics of pipeline {params.name} (Pass@1 over {params.eval.runs} runs)")
+        metrics_table.show(table_rows(rows))
 
     # every task file the pipeline samples: training, held-out evaluation, warm-up
     sets = {"train": tasks}

@@ -113,6 +113,11 @@ def log_evaluation(tracking: TrackingParams, run_id: str, model_id: str, metrics
                              registered_version=registered_version, pass_at_1=pass_at_1)
 
 
+@task(name="mlflow-champion", **_RETRY)
+def champion_state(tracking: TrackingParams) -> tuple[str | None, float | None]:
+    return recording.champion_state(tracker(tracking))
+
+
 @task(name="promote-champion", **_RETRY)
 def promote(tracking: TrackingParams, version: str, pass_at_1: float, force: bool = False) -> bool:
     return recording.promote_if_better(tracker(tracking), version, pass_at_1, force=force)

@@ -43,7 +43,7 @@ class AgentConfig(BaseModel):
     max_format_errors: int = Field(3, ge=1, le=100, description="Consecutive replies without exactly one command that end the run.")
     workdir: str | None = Field(None, description="The repository inside the sandbox; None: the sandbox's own "
                                 "(/testbed in the images swerl builds).")
-    prompt_dir: Path | None = Field(None, description="Folder overriding the shipped prompt templates (<name>.j2).")
+    prompt_dir: Path | None = Field(None, description="Folder overriding the shipped prompt templates (`<name>.j2`).")
     end_reply_at_command: bool = Field(
         False, description="End each reply where its first fenced block closes (an end-of-turn sampled right after is kept), "
         "as a stop sequence would: what was sampled after it is dropped, never shown to the model nor trained on, so "

@@ -72,7 +72,7 @@ class Trajectory(BaseModel):
 
     instance_id: str
     sample_index: int = Field(ge=0)
-    trajectory_id: str = Field(description="'<instance_id>/<sample_index>'; stable across reruns.")
+    trajectory_id: str = Field(description="`<instance_id>/<sample_index>`; stable across reruns.")
     policy_version: str = Field(description="The weights that sampled this trajectory's first token.")
     model: str = ""
     engine: str = ""

@@ -29,7 +29,7 @@ app.add_typer(model_app, name="model")
 console = Console(stderr=True, soft_wrap=True)
 
 TasksOpt = typer.Option(..., "--tasks", help="Task file: .jsonl, .json, .parquet, or a saved Hugging Face dataset folder.")
-ReposOpt = typer.Option(None, "--repos", help="Mirror folder holding repositories as <owner>__<name>.")
+ReposOpt = typer.Option(None, "--repos", help="Mirror folder holding repositories as `<owner>__<name>`.")
 CaOpt = typer.Option(None, "--ca-cert", help="Extra CA certificate (PEM) for builds; repeat for more. Default: the host's bundle.")
 SkipOpt = typer.Option(False, "--skip-invalid", help="Load the valid records and report the invalid ones instead of stopping.")
 ParallelOpt = typer.Option(2, "--concurrency", "-j", min=1, max=64, help="Builds / sandboxes at once.")

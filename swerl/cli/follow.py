@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 import typer
 
@@ -18,13 +19,40 @@ def offline_env() -> None:
         os.environ.setdefault(key, value)
 
 
-def require_api() -> str:
-    """The Prefect server's API URL; following a run on an ephemeral server of our own would show nothing."""
-    from prefect.settings import PREFECT_API_URL
+HomeOpt = typer.Option(Path(".swerl/services"), "--home",
+                       help="Folder of the stack `swerl up` started, whose server is followed when PREFECT_API_URL is not set.")
+HEALTH_TIMEOUT_S = 3.0
 
-    url = PREFECT_API_URL.value()
+
+def require_api(home: Path = Path(".swerl/services")) -> str:
+    """The Prefect server's API URL: PREFECT_API_URL, else the server `swerl up` runs from ``home`` (exported
+    for the client); one health probe says at once when nobody answers there. Following a run on an
+    ephemeral server of our own would show nothing."""
+    import httpx
+
+    url = os.environ.get("PREFECT_API_URL")
+    if not url:  # before Prefect is imported: its settings are read once, so the URL must be in place by then
+        from swerl.services import load_config
+        from swerl.services.commands import PREFECT_SERVER
+        from swerl.services.processes import is_ours, read_record
+
+        config = load_config(home)
+        record = read_record(config.run_dir, PREFECT_SERVER)
+        if record is not None and is_ours(record):
+            url = os.environ["PREFECT_API_URL"] = config.prefect_api_url
     if not url:
-        _fail("PREFECT_API_URL is not set: export the URL `swerl up` prints, e.g. http://127.0.0.1:4200/api")
+        from prefect.settings import PREFECT_API_URL
+
+        url = PREFECT_API_URL.value()  # a Prefect profile may name one
+    if not url:
+        _fail(f"no Prefect server to follow: PREFECT_API_URL is not set and `swerl up` runs none in "
+              f"{os.path.abspath(home)}; start one with `swerl up` (or give its --home), or export the server's URL, "
+              "e.g. PREFECT_API_URL=http://127.0.0.1:4200/api")
+    try:
+        httpx.get(f"{url.rstrip('/')}/health", timeout=HEALTH_TIMEOUT_S).raise_for_status()
+    except httpx.HTTPError as e:
+        _fail(f"the Prefect server at {url} does not answer ({type(e).__name__}: {e}); is it running? `swerl status` "
+              "shows the stack `swerl up` started")
     return url
 
 
@@ -38,12 +66,13 @@ def follow_to_the_end(flow_run_id: uuid.UUID, interval: float) -> None:
 
 @app.command("follow")
 def follow_cmd(flow_run_id: str = typer.Argument(..., help="The flow run's id (`prefect deployment run` prints it)."),
-               interval: float = IntervalOpt) -> None:
-    """Follow a flow run: a line per stage and per state change; when it fails, the end of its error log and the reason."""
+               interval: float = IntervalOpt, home: Path = HomeOpt) -> None:
+    """Follow a flow run: a line per stage and per state change, each stage's result; when it fails, the end of
+    its error log and the reason."""
     offline_env()
     try:
         run_id = uuid.UUID(flow_run_id)
     except ValueError:
         _fail(f"{flow_run_id!r} is not a flow run id (a UUID)")
-    require_api()
+    require_api(home)
     follow_to_the_end(run_id, interval)

@@ -120,7 +120,9 @@ def eval_cmd(
     _, report = _run(_stage(tasks, model, runs, out, repos, ca_cert, seed, tokenizer, True, policy_version, skip_invalid,
                             log_dir, components), evaluate=True)
     ks = ", ".join(f"Pass@{k} {v:.1%}" for k, v in report.pass_at_k.items())
-    print(f"Pass@1 = {report.pass_at_1:.1%} ± {report.pass_at_1_sem:.1%} (mean ± SEM over {runs} runs, {report.tasks} tasks); {ks}")
+    from swerl.eval.report import pass_at_1_text
+
+    print(f"Pass@1 = {pass_at_1_text(report.pass_at_1, report.pass_at_1_sem, runs)} (over {runs} runs, {report.tasks} tasks); {ks}")
     if report.infra_failed:
         console.print(f"[yellow]{report.infra_failed} trajectories failed for infrastructure (a sandbox that never "
                       "started, a grading with no verdict): left out of Pass@1 and Pass@k, not counted unresolved; "

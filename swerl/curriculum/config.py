@@ -25,7 +25,7 @@ class CurriculumConfig(BaseModel):
     train: int = Field(60, ge=0, le=MAX_PER_SPLIT, description="Tasks in train.jsonl (the RL iterations' task set).")
     heldout: int = Field(40, ge=0, le=MAX_PER_SPLIT, description="Tasks in heldout.jsonl: repositories, names and (bug kind, template, names) combinations seen in no other split.")
     owner: str = Field("swerl-curriculum", min_length=1, max_length=39, pattern=r"^[a-z0-9][a-z0-9-]*$",
-                       description="GitHub-style owner of every generated repository: repo '<owner>/<package>', mirror '<owner>__<package>'.")
+                       description="GitHub-style owner of every generated repository: repo `<owner>/<package>`, mirror `<owner>__<package>`.")
     bug_kinds: Optional[list[BugKindName]] = Field(None, min_length=1, max_length=len(BUG_KINDS),
                                                    description="Bug kinds to draw from, cycled evenly within each split; None: all of them.")
 

@@ -47,7 +47,7 @@ class ImageConfig(BaseModel):
     """How instance images are built."""
 
     base: BaseImageConfig = Field(default_factory=BaseImageConfig, description="Where base images come from.")
-    repos_dir: Path | None = Field(None, description="Mirror folder holding repositories as <owner>__<name>.")
+    repos_dir: Path | None = Field(None, description="Mirror folder holding repositories as `<owner>__<name>`.")
     github: bool = Field(False, description="Clone repositories missing from the mirror from GitHub.")
     extra_ca_certs: list[Path] | None = Field(
         None, description="PEM files appended to every build's CA bundle; None adds the host's bundle when it exists."

@@ -68,3 +68,11 @@ def build_report(trajectories: list[Trajectory], runs: int) -> EvalReport:
         mean_turns=sum(t.num_turns for t in scored) / len(scored),
         per_task=outcomes,
     )
+
+
+def pass_at_1_text(pass_at_1: float, sem: float, runs: int) -> str:
+    """Pass@1 as a person reads it: ``12.5% ± 2.1%`` (mean ± SEM over runs); one run has no SEM, so
+    ``12.5% (1 run, no SEM)`` rather than a ``± 0.0%`` that reads as no error at all."""
+    if runs < 2:
+        return f"{pass_at_1:.1%} (1 run, no SEM)"
+    return f"{pass_at_1:.1%} ± {sem:.1%}"

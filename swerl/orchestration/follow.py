@@ -25,6 +25,15 @@ ENGINE_FRAME = "/site-packages/prefect/"
 EXCEPTION_PREFIXES = ("Flow run encountered an exception: ", "Task run encountered an exception ")
 
 
+def say(line: str) -> None:
+    """A line for a person: the console, and the flow run's log under STAGE_LOGGER, which `swerl follow` prints."""
+    import logging
+
+    from prefect.logging import get_run_logger
+
+    logging.LoggerAdapter(logging.getLogger(STAGE_LOGGER), get_run_logger().extra).info(line)
+
+
 @dataclass(frozen=True)
 class RunView:
     """The part of a flow run's record the follower prints."""

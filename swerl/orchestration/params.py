@@ -187,7 +187,7 @@ class EvaluateParams(BaseModel):
                        "model; a bare `champion` or `candidate` means the alias.")
     tasks: Path | None = Field(None, description=f"{TASK_FILE} (default: the embedded demo tasks).")
     repos: Path | None = Field(None, description="Repository mirror folder (default: the demo's).")
-    out: Path = Field(Path("runs/evaluations"), description="Each evaluation writes OUT/<label>-<date>/.")
+    out: Path = Field(Path("runs/evaluations"), description="Each evaluation writes `OUT/<label>-<date>/`.")
     runs: int = Field(2, ge=1, le=1024, description="Independent runs per task (k).")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Base sampling seed.")
     sampler: SamplerParams = Field(default_factory=SamplerParams, description="Engine and limits of the evaluation's rollouts.")

@@ -125,6 +125,15 @@ def log_evaluation(tracker: Any, run_id: str, model_id: str, metrics: Mapping[st
         tracker.set_version_tags(registered_version, {PASS_AT_1_TAG: f"{pass_at_1:.6f}", EVAL_RUN_TAG: run_id})
 
 
+def champion_state(tracker: Any) -> tuple[str | None, float | None]:
+    """The registered version ``champion`` names and the Pass@1 recorded on it (None where there is none)."""
+    version = tracker.alias_version("champion")
+    if version is None:
+        return None, None
+    best = tracker.client.get_model_version(tracker.config.registered_model, version).tags.get(PASS_AT_1_TAG)
+    return version, float(best) if best is not None else None
+
+
 def promote_if_better(tracker: Any, version: str, pass_at_1: float, force: bool = False) -> bool:
     """Record Pass@1 on the registered version; move ``champion`` here when it strictly beats the
     champion's (or there is none), or when ``force`` (a deliberate roll-back). A tie keeps the

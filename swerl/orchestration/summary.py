@@ -146,7 +146,9 @@ class EvalFacts:
     promoted: bool | None = None
 
     def words(self) -> str:
-        words = [f"policy {self.policy}: Pass@1 {self.pass_at_1:.1%} ± {self.pass_at_1_sem:.1%} "
+        from swerl.eval.report import pass_at_1_text
+
+        words = [f"policy {self.policy}: Pass@1 {pass_at_1_text(self.pass_at_1, self.pass_at_1_sem, self.runs)} "
                  f"({plural(self.runs, 'run')} of {plural(self.tasks, 'task')})"]
         if self.behaviour:
             words.append(behaviour_words(self.behaviour))
@@ -314,12 +316,18 @@ def rise_lines(per_task: Mapping[str, Mapping[str, Sequence[bool | None]]]) -> l
     return lines
 
 
+def literal(text: str) -> str:
+    """``text`` as Markdown that renders as written: ``<`` and ``>`` escaped, so a renderer does not take
+    ``runs/x/eval/<stage>/trajectories`` for an HTML tag and drop it."""
+    return text.replace("<", "\\<").replace(">", "\\>")
+
+
 def summary_markdown(name: str, stages: Sequence[StageFacts], where: Sequence[str]) -> str:
     """The summary as a Prefect markdown artifact: a table of stages, the verdict, where to look."""
-    cell = lambda text: text.replace("|", "\\|")  # noqa: E731 - a table cell must not end the row
+    cell = lambda text: literal(text).replace("|", "\\|")  # noqa: E731 - a table cell must not end the row
     rows = "\n".join(f"| {s.name} | {cell(s.words())} |" for s in stages)
-    verdict_md = "\n".join(f"- {line}" for line in verdict(stages))
-    where_md = "\n".join(f"- {line}" for line in where)
+    verdict_md = "\n".join(f"- {literal(line)}" for line in verdict(stages))
+    where_md = "\n".join(f"- {literal(line)}" for line in where)
     return (f"# Pipeline {name}\n\n| stage | what happened |\n|---|---|\n{rows}\n\n## Verdict\n\n{verdict_md}\n\n"
             f"## Where to look\n\n{where_md}\n")
 
@@ -328,3 +336,20 @@ def summary_lines(name: str, stages: Sequence[StageFacts], where: Sequence[str])
     """The summary for a console: the verdict, then where to look (each stage's line came as it ended)."""
     return [f"summary of pipeline {name}:"] + [f"  {line}" for line in verdict(stages)] + \
         ["where to look:"] + [f"  {line}" for line in where]
+
+
+def promotion_words(promote: bool, version: str | None, pass_at_1: float, before: tuple[str | None, float | None],
+                    moved: bool | None, force: bool = False) -> str:
+    """What an evaluation did to ``champion`` and why: ``before`` is (version, its Pass@1) as it stood."""
+    if not promote:
+        return "champion not considered (promote is off)"
+    if version is None:
+        return "champion not considered (the evaluated model is no registered version)"
+    held, best = before
+    was = "none" if held is None else f"version {held}" + ("" if best is None else f" (Pass@1 {best:.1%})")
+    if held == version:
+        return f"champion is this version (Pass@1 now {pass_at_1:.1%})"
+    if moved:
+        why = "forced" if force else "there was none" if held is None else "strictly better"
+        return f"champion moved: {was} -> version {version} (Pass@1 {pass_at_1:.1%}, {why})"
+    return f"champion stays {was}: version {version} scored {pass_at_1:.1%}, not strictly better"

@@ -38,11 +38,11 @@ class ServicesConfig(BaseModel):
     )
     mlflow_backend_store_uri: str | None = Field(
         None, min_length=1, max_length=2048,
-        description="MLflow --backend-store-uri, e.g. postgresql://user:pw@host/db; None: sqlite:///<home>/mlflow.db.",
+        description="MLflow --backend-store-uri, e.g. `postgresql://user:pw@host/db`; None: `sqlite:///<home>/mlflow.db`.",
     )
     mlflow_artifacts_destination: str | None = Field(
         None, min_length=1, max_length=2048,
-        description="Where the MLflow server stores the artifacts it proxies (--serve-artifacts); None: <home>/mlartifacts.",
+        description="Where the MLflow server stores the artifacts it proxies (--serve-artifacts); None: `<home>/mlartifacts`.",
     )
     postgres: bool = Field(
         False, description="Run a PostgreSQL cluster under home/postgres (initdb on first use) and keep Prefect's and "

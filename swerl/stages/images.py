@@ -20,7 +20,7 @@ class ImagesStage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tasks: Path = Field(description="Task file (.jsonl, .json, .parquet or a saved dataset folder).")
-    repos: Path | None = Field(None, description="Mirror folder holding repositories as <owner>__<name>.")
+    repos: Path | None = Field(None, description="Mirror folder holding repositories as `<owner>__<name>`.")
     ca_certs: list[Path] | None = Field(None, description="Extra CA certificates (PEM) for builds; default: the host's bundle.")
     concurrency: int = Field(2, ge=1, le=64, description="Builds at once.")
     log_dir: Path = Field(Path(".swerl/logs"), description="Build logs go to LOG_DIR/builds.")

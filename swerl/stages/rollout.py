@@ -102,7 +102,7 @@ class RolloutStage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tasks: Path = Field(description="Task file (.jsonl, .json, .parquet or a saved dataset folder).")
-    repos: Path | None = Field(None, description="Mirror folder holding repositories as <owner>__<name>.")
+    repos: Path | None = Field(None, description="Mirror folder holding repositories as `<owner>__<name>`.")
     ca_certs: list[Path] | None = Field(None, description="Extra CA certificates (PEM) for image builds.")
     model: str = Field(description="Policy: a model folder, a hub name, or (engine openai) the served model name.")
     tokenizer: str | None = Field(None, description="Tokenizer folder or name (default: model).")

@@ -45,7 +45,7 @@ def stack(tmp_path_factory):
     config = ServicesConfig(home=tmp_path_factory.mktemp("stack"), prefect_port=_free_port(), mlflow_port=_free_port())
     try:
         up(config)
-        yield env(config)
+        yield {**env(config), "SWERL_STACK_HOME": str(config.home)}
     finally:
         down(config)
 
@@ -132,6 +132,32 @@ def test_a_run_request_with_parameters_completes_on_the_worker(stack, deployed, 
     runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`prefect.flow_run_id` = '{run_id}'")
     assert len(runs) == 1
     assert runs[0].data.metrics["eval/tasks"] == 3.0
+    # `swerl follow` in a new shell (no PREFECT_API_URL): it finds the server `swerl up` runs from its home,
+    # and prints the evaluation's result line
+    shell = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
+    followed = subprocess.run([sys.executable, "-m", "swerl.cli", "follow", run_id, "--home", stack["SWERL_STACK_HOME"]],
+                              cwd=ROOT, env=shell, capture_output=True, text=True, timeout=300)
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    said = [line[10:] for line in followed.stdout.splitlines() if "Pass@1" in line]
+    assert said == [f"evaluate-{Path(str(tiny_model_dir)).name}: Pass@1 {report['pass_at_1']:.1%} (1 run, no SEM) "
+                    "(1 run of 3 tasks); champion not considered (promote is off)"], followed.stdout
+
+
+def test_swerl_follow_with_no_server_to_follow_says_so_at_once(tmp_path):
+    shell = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
+    shell["PREFECT_HOME"] = str(tmp_path / "prefect")  # no profile naming a server either
+    run_id = str(uuid.uuid4())
+    nobody = subprocess.run([sys.executable, "-m", "swerl.cli", "follow", run_id, "--home", str(tmp_path / "stack")],
+                            cwd=ROOT, env=shell, capture_output=True, text=True, timeout=120)
+    assert nobody.returncode == 2
+    assert nobody.stderr.strip() == (
+        f"error: no Prefect server to follow: PREFECT_API_URL is not set and `swerl up` runs none in {tmp_path / 'stack'}; "
+        "start one with `swerl up` (or give its --home), or export the server's URL, e.g. "
+        "PREFECT_API_URL=http://127.0.0.1:4200/api")
+    dead = subprocess.run([sys.executable, "-m", "swerl.cli", "follow", run_id],
+                          cwd=ROOT, env={**shell, "PREFECT_API_URL": f"http://127.0.0.1:{_free_port()}/api"},
+                          capture_output=True, text=True, timeout=120)
+    assert dead.returncode == 2 and "does not answer (ConnectError" in dead.stderr, dead.stderr
 
 
 def _processes_of(flow_run_id: str) -> list[int]:

@@ -14,7 +14,7 @@ import uuid
 import pytest
 from prefect import flow, task
 
-from flows.pipeline import say
+from swerl.orchestration.follow import say
 
 pytestmark = [pytest.mark.slow]
 

@@ -75,3 +75,13 @@ def test_a_deployed_evaluation_run_is_named_for_the_policy_it_scores():
 
     assert evaluate.flow_run_name.format(params=EvaluateParams()) == "evaluate-champion"
     assert evaluate.flow_run_name.format(params=EvaluateParams(model="version:3")) == "evaluate-version:3"
+
+
+@pytest.mark.parametrize("deployment", sorted(DEPLOYMENTS))
+def test_every_form_description_renders_literally(deployment):
+    # `OUT/<label>-<date>/` outside a code span is HTML to a Markdown renderer, and Prefect's drops it
+    from tests.support.markdown_render import rendered
+
+    eaten = {name: foreign for name, field in _fields(_schema(DEPLOYMENTS[deployment]["entrypoint"])).items()
+             if (foreign := rendered(field.get("description") or "")[1])}
+    assert eaten == {}

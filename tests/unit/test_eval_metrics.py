@@ -109,3 +109,10 @@ def test_a_difference_averaged_over_seeds_combines_their_independent_standard_er
     assert mean_over_seeds([(0.25, 0.5)]) == (0.25, 0.5)
     with pytest.raises(ValueError, match="no seeds"):
         mean_over_seeds([])
+
+
+def test_pass_at_1_reads_with_its_error_and_one_run_says_it_has_none():
+    from swerl.eval.report import pass_at_1_text
+
+    assert pass_at_1_text(0.125, 0.021, 4) == "12.5% ± 2.1%"
+    assert pass_at_1_text(0.2, 0.0, 1) == "20.0% (1 run, no SEM)"

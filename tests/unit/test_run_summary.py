@@ -273,3 +273,30 @@ def test_per_task_outcomes_reads_each_evaluated_stage_in_order_and_leaves_out_st
         (tmp_path / "eval" / f"eval-{stage}" / "eval.json").write_text(json.dumps({"per_task": outcomes, "runs": 2}))
     found = per_task_outcomes(tmp_path, ["start", "rft", "iter-2"])
     assert list(found.items()) == [("start", {"a": [False, None]}), ("iter-2", {"a": [True, True]})]
+
+
+def test_the_summary_artifact_renders_as_written():
+    # Prefect's UI renders it as Markdown: `eval/<stage>/trajectories` must not lose `<stage>` as an HTML tag
+    from tests.support.markdown_render import rendered
+
+    where = where_to_look(Path("runs/pipelines/demo"), "abc123", "Demo")
+    text, foreign = rendered(summary_markdown("demo", demo_stages(), where))
+    assert foreign == []
+    assert "runs/pipelines/demo/eval/<stage>/trajectories" in text and "runs/pipelines/demo/iter-<k>/rollout" in text
+
+
+def test_what_an_evaluation_did_to_the_champion_and_why():
+    from swerl.orchestration.summary import promotion_words
+
+    assert promotion_words(False, "3", 0.5, (None, None), None) == "champion not considered (promote is off)"
+    assert promotion_words(True, None, 0.5, (None, None), None) == (
+        "champion not considered (the evaluated model is no registered version)")
+    assert promotion_words(True, "1", 0.25, (None, None), True) == (
+        "champion moved: none -> version 1 (Pass@1 25.0%, there was none)")
+    assert promotion_words(True, "2", 0.3, ("1", 0.25), True) == (
+        "champion moved: version 1 (Pass@1 25.0%) -> version 2 (Pass@1 30.0%, strictly better)")
+    assert promotion_words(True, "2", 0.25, ("1", 0.25), False) == (
+        "champion stays version 1 (Pass@1 25.0%): version 2 scored 25.0%, not strictly better")
+    assert promotion_words(True, "2", 0.1, ("1", 0.25), True, force=True) == (
+        "champion moved: version 1 (Pass@1 25.0%) -> version 2 (Pass@1 10.0%, forced)")
+    assert promotion_words(True, "1", 0.3, ("1", 0.25), True) == "champion is this version (Pass@1 now 30.0%)"
