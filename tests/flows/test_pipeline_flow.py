@@ -218,7 +218,14 @@ def test_prefect_artifacts_hold_the_metric_table_progress_and_lineage(e2e, prefe
             found = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
             return sorted(found, key=lambda a: a.created)[-1]
 
+    async def of_run(key, flow_run_id):
+        async with get_client() as client:
+            found = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+            return [a for a in found if str(a.flow_run_id) == flow_run_id]
+
     table = asyncio.run(latest(f"metrics-{NAME}"))
+    # one table per flow run, updated in place as each stage ends (not one card per stage)
+    assert [a.id for a in asyncio.run(of_run(f"metrics-{NAME}", str(e2e["again"].state_details.flow_run_id)))] == [table.id]
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     assert [r["stage"] for r in rows] == ["start", "rft", "iter-1", "iter-2"]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
@@ -227,6 +234,9 @@ def test_prefect_artifacts_hold_the_metric_table_progress_and_lineage(e2e, prefe
     assert all(list(r) == list(rows[0]) for r in rows)
     assert (rows[0]["trained"], rows[1]["trained"]) == (None, 1.0)
     summary = asyncio.run(latest(f"summary-{NAME}"))
+    from tests.support.markdown_render import rendered
+
+    assert rendered(summary.data)[1] == []  # nothing in it a Markdown renderer would take for HTML
     assert summary.data.startswith(f"# Pipeline {NAME}\n\n| stage | what happened |\n|---|---|\n| images | ")
     assert [line.split(" | ")[0] for line in summary.data.splitlines() if line.startswith("| ") and " | " in line][1:] == \
         ["| images", "| validate", "| eval-start", "| rft", "| eval-rft", "| iter-1", "| eval-iter-1", "| iter-2", "| eval-iter-2"]
