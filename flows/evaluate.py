@@ -74,7 +74,9 @@ def evaluate_stage(params: EvaluateParams = EvaluateParams(), parent_run_id: str
     digests = tr.log_lineage(params.tracking, run_id, tasks=tasks, tasks_name="eval-tasks", tasks_context="evaluation",
                              trajectories=Path(record["store"]), trajectories_name=f"{label}-trajectories",
                              trajectories_context="evaluation", count=report["tasks"] * report["runs"])
-    tr.log_evaluation(params.tracking, run_id, model_id, prefixed("eval", metrics), step=step,
+    # standalone (the nightly run): at the step the scored checkpoint was made, so it lands on the pipeline's curve
+    at = step if step is not None else policy.get("step")
+    tr.log_evaluation(params.tracking, run_id, model_id, prefixed("eval", metrics), step=at,
                       dataset=("eval-tasks", digests["tasks"]), registered_version=policy["registered_version"],
                       pass_at_1=report["pass_at_1"])
     promoted, before = None, (None, None)

@@ -37,12 +37,15 @@ def pipeline_run(tracking: TrackingParams, pipeline_id: str, params: dict[str, A
 def stage_run(tracking: TrackingParams, parent_run_id: str | None, stage: str, params: dict[str, Any] | None = None,
               standalone_id: str | None = None) -> str:
     """Get or create the stage's child run; without a parent, a top-level run keyed by
-    ``standalone_id`` (one per standalone flow run's output, e.g. each nightly evaluation)."""
+    ``standalone_id`` (one per standalone flow run's output, e.g. each nightly evaluation), whose
+    ``swerl.kind`` says what it is (``evaluation``; ``standalone`` for another stage run alone)."""
     t = tracker(tracking)
-    tags = {**prefect_tags(), "swerl.stage_kind": stage.split("-", 1)[0]}
+    kind = stage.split("-", 1)[0]
+    tags = {**prefect_tags(), "swerl.stage_kind": kind}
     if parent_run_id:
         return t.stage_run(parent_run_id, stage, params=params, tags=tags)
-    return t.pipeline_run(standalone_id or stage, name=standalone_id or stage, params=params, tags=tags)
+    return t.pipeline_run(standalone_id or stage, name=standalone_id or stage, params=params, tags=tags,
+                          kind="evaluation" if kind == "evaluate" else "standalone")
 
 
 @task(name="mlflow-log-metrics", **_RETRY)
@@ -95,8 +98,8 @@ def register_trained_checkpoint(tracking: TrackingParams, run_id: str, checkpoin
 
 @task(name="resolve-policy", **_RETRY)
 def resolve_policy(tracking: TrackingParams, model: str) -> dict[str, Any]:
-    path, version, registered = recording.resolve_policy(tracker(tracking), model)
-    return {"path": path, "policy_version": version, "registered_version": registered}
+    path, version, registered, step = recording.resolve_policy_at(tracker(tracking), model)
+    return {"path": path, "policy_version": version, "registered_version": registered, "step": step}
 
 
 @task(name="mlflow-link-policy", **_RETRY)

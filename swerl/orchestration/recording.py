@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from swerl.tracking.keys import TAG_STEP
 from swerl.tracking.lineage import file_digest, tree_digest
 
 PASS_AT_1_TAG = "swerl.pass_at_1"
@@ -88,6 +89,12 @@ def resolve_policy(tracker: Any, model: str) -> tuple[str, str, str | None]:
     ``champion``/``candidate``/``alias:NAME`` and ``version:N`` name the registry; anything
     else is a folder or hub name used as is.
     """
+    return resolve_policy_at(tracker, model)[:3]
+
+
+def resolve_policy_at(tracker: Any, model: str) -> tuple[str, str, str | None, int | None]:
+    """``resolve_policy`` and the pipeline step its checkpoint was made at (a registered version's
+    ``swerl.step``; None for a folder or hub name): where a later evaluation of it belongs on the curve."""
     ref = model
     if model in ("champion", "candidate"):
         ref = f"alias:{model}"
@@ -96,8 +103,9 @@ def resolve_policy(tracker: Any, model: str) -> tuple[str, str, str | None]:
         version = tracker.alias_version(key) if ref.startswith("alias:") else key
         path = tracker.checkpoint_for(key)
         mv = tracker.client.get_model_version(tracker.config.registered_model, version)
-        return str(path), mv.tags.get(POLICY_VERSION_TAG, f"v{version}"), version
-    return model, "0", None
+        step = mv.tags.get(TAG_STEP)
+        return str(path), mv.tags.get(POLICY_VERSION_TAG, f"v{version}"), version, int(step) if step else None
+    return model, "0", None, None
 
 
 def policy_model(tracker: Any, path: str, registered_version: str | None) -> str:

@@ -59,10 +59,24 @@ def canonical_json(record: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+# what swerl learns about a task and writes beside it (validation's gold statuses): the same records carry
+# it or not depending on whether the run validated them, so it is no part of what the task set is
+ANNOTATIONS = frozenset({"gold_statuses"})
+
+
 def tasks_digest(tasks: Iterable[Any]) -> str:
-    """sha256 of the tasks' canonical JSON lines, sorted and joined by newlines.
+    """sha256 of the tasks' canonical JSON lines (swerl's ``ANNOTATIONS`` left out), sorted and joined by
+    newlines: the same task records give the same dataset wherever they are logged (a pipeline's
+    validated held-out set and the nightly evaluation of the same file).
 
     Sorting makes the digest independent of the order tasks were loaded in; duplicates count
     (a set with a task twice trains on it twice)."""
-    lines = sorted(canonical_json(t) for t in tasks)
+    lines = sorted(canonical_json(_published(t)) for t in tasks)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def _published(record: Any) -> Any:
+    data = record.model_dump(mode="json") if hasattr(record, "model_dump") else record
+    if not isinstance(data, Mapping):
+        return data
+    return {k: v for k, v in data.items() if k not in ANNOTATIONS}

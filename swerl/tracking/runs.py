@@ -67,11 +67,12 @@ class Runs:
 
     def pipeline_run(
         self, pipeline_id: str, *, name: str | None = None,
-        params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None, kind: str = "pipeline",
     ) -> str:
         """The parent run of ``pipeline_id``, created on first use. A rerun gets the same run,
-        back in RUNNING state, with ``tags`` added; ``params`` must not contradict earlier ones."""
-        identity = {TAG_PIPELINE_ID: pipeline_id, TAG_KIND: "pipeline"}
+        back in RUNNING state, with ``tags`` added; ``params`` must not contradict earlier ones.
+        ``kind`` (``swerl.kind``): ``pipeline``, or what a top-level run of one stage is (``evaluation``)."""
+        identity = {TAG_PIPELINE_ID: pipeline_id, TAG_KIND: kind}
         run_id = self._get_or_create(self.experiment_id, identity, run_name=name or pipeline_id)
         self._log_params(run_id, params)
         self.set_tags(run_id, tags or {})

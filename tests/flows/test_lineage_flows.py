@@ -143,3 +143,28 @@ def test_the_task_set_leads_forward_to_checkpoints_versions_and_scores(walk):
     loss = [m for m in client.get_logged_model(iter_model).metrics if m.key == "train/loss"]
     assert [(m.run_id, m.dataset_name, m.dataset_digest) for m in loss] == [
         (runs["iter-1"].info.run_id, "iter-1-trajectories", d["iter-1-trajectories"][:36])]
+
+
+@pytest.fixture(scope="module")
+def nightly(walk, pipeline_run, task_slice, demo, tmp_path_factory):
+    """The deployed `evaluate` flow on `champion` after the pipeline, as the nightly schedule runs it."""
+    from flows.evaluate import evaluate
+    from swerl.orchestration.params import EvaluateParams, SamplerParams
+
+    state = evaluate(EvaluateParams(model="champion", tasks=task_slice, repos=demo.repos_dir, runs=1,
+                                    out=tmp_path_factory.mktemp("nightly"), tracking=pipeline_run.tracking,
+                                    sampler=SamplerParams(engine="hf", concurrency=3, agent={"max_turns": 2, "max_new_tokens": 16})),
+                     return_state=True)
+    assert state.is_completed(), state
+    return state.result()
+
+
+def test_a_standalone_evaluation_is_logged_as_one_at_its_checkpoint_s_step_on_the_pipeline_s_dataset(walk, nightly):
+    client = walk["client"]
+    run = client.get_run(nightly["run_id"])
+    assert run.data.tags["swerl.kind"] == "evaluation"
+    champion = client.get_model_version_by_alias("swerl-policy", "champion")
+    # on the pipeline's curve at the step its checkpoint was made, not at 0
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "eval/pass_at_1")] == [int(champion.tags["swerl.step"])]
+    # the same task records as the pipeline's evaluations: the same dataset, one digest
+    assert _datasets(run)["eval-tasks"] == (walk["digests"]["tasks"], "evaluation")
