@@ -43,10 +43,10 @@ def prepare_inputs(params: PipelineParams) -> dict[str, Any]:
     """Task files, mirror and starting model; the embedded default materialises the demo and the tiny model."""
     from swerl.envs.docker_hosts import hosts_in
     from swerl.envs.docker_sandbox import reap_containers
-    from swerl.inference.factory import require_local_model
+    from swerl.inference.factory import require_model
 
     if params.model:
-        require_local_model(params.model)  # before minutes of image builds, not at the first rollout
+        require_model(params.model)  # before minutes of image builds, not at the first rollout
     run_dir = params.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     warm = None

@@ -219,10 +219,21 @@ def _read_report(sandbox: Sandbox, path: str) -> dict | None:
     return report_from_events(raw)
 
 
+def _load_swebench() -> None:
+    """Import the swebench modules grading calls (seconds the first time in a process; nothing after)."""
+    try:
+        import swebench.harness.grading  # noqa: F401
+        import swebench.harness.log_parsers  # noqa: F401
+        import swebench.harness.utils  # noqa: F401
+    except ImportError:  # the grading that needs one says so, as a result
+        pass
+
+
 def grade_prediction(task: Task, patch: str | None, image: str, config: GradingConfig, *,
                      model_name: str = "", slots: threading.BoundedSemaphore | None = None,
                      log_subdir: str | None = None) -> GradeResult:
     """Grade ``patch`` for ``task`` in a fresh sandbox of ``image``; never raises for bad input."""
+    _load_swebench()  # before the clock: ``duration_s`` is this grading's time, not a process's first imports
     start = time.monotonic()
     logs = Logs(config.log_dir / task.instance_id / (log_subdir or _safe(model_name or "prediction"))
                  if config.log_dir else None)

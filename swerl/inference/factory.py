@@ -76,7 +76,7 @@ def require_model(name_or_path: str | Path, probe_timeout_s: float = HUB_PROBE_T
 
 
 def load_tokenizer(name_or_path: str | Path):
-    require_local_model(name_or_path)
+    require_model(name_or_path)
     from transformers import AutoTokenizer
 
     try:

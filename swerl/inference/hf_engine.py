@@ -26,7 +26,7 @@ import torch
 
 from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig, request_limits
 from swerl.inference.config import HFEngineConfig
-from swerl.inference.factory import require_local_model
+from swerl.inference.factory import require_model
 from swerl.inference.hf_kv import KeptKV, KVStore, cache_layers, past_block, rebuild_cache, row_kv, stack_lpadded
 from swerl.inference.sampling import draw, sampling_logprobs
 from swerl.inference.weights import load_checkpoint_into
@@ -82,7 +82,7 @@ class HFEngine:
     name = "hf"
 
     def __init__(self, config: HFEngineConfig, sampling: SamplingConfig | None = None, policy_version: str = "0") -> None:
-        require_local_model(config.model)
+        require_model(config.model)
         from transformers import AutoModelForCausalLM
 
         self.config = config
