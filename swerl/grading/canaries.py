@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import stat
 import sys
 
 WORDS = ("again", "basic", "case", "check", "edge", "extra", "full", "more", "other", "plain", "regression", "second",
@@ -137,6 +139,18 @@ def build(workdir: str, targets: list[str], seed: int) -> dict:
         by_file.setdefault(key[0], []).append((functions[key], list(key[1])))
     for path, wanted in sorted(by_file.items()):
         full = f"{workdir.rstrip('/')}/{path}"
+        st, error = None, None
+        try:
+            st = os.lstat(full)
+        except OSError as e:
+            error = e
+        if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            # root writes only into its own regular files: a link or a file the tests' user made (a set-up command
+            # runs as that user) could point root's write anywhere
+            for test_id, _ in wanted:
+                not_built[test_id] = ("its file cannot be read here: " + type(error).__name__ if st is None
+                                      else "its file is not root's own regular file")
+            continue
         try:
             with open(full, encoding="utf-8") as f:
                 source = f.read()
@@ -183,7 +197,7 @@ def build(workdir: str, targets: list[str], seed: int) -> dict:
                 built.remove(entry)
                 not_built[entry["test"]] = f"its copies do not compile: {e.msg}"
             continue
-        with open(full, "w", encoding="utf-8") as f:
+        with os.fdopen(os.open(full, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW), "w", encoding="utf-8") as f:
             f.write(new_source)
     return {"built": built, "not_built": not_built}
 

@@ -232,5 +232,8 @@ def stage_assets(task: Task) -> tuple[dict[str, bytes], list[str]]:
                 raise AssetError(f"image asset {path!r} could not be fetched from {url}: {e}") from e
             flat = re.sub(r"[^\w.-]", "__", path)
             files[f"{ASSETS_DIR}/{flat}"] = data
-            restore.append(f"mkdir -p \"$(dirname {shlex.quote(path)})\" && cp {ASSETS_DIR}/{flat} {shlex.quote(path)}")
+            # --remove-destination: a link the tests' user left at the path (its set-up commands ran before) is
+            # replaced, never written through
+            restore.append(f"mkdir -p \"$(dirname {shlex.quote(path)})\" && "
+                           f"cp --remove-destination {ASSETS_DIR}/{flat} {shlex.quote(path)}")
     return files, restore

@@ -91,3 +91,23 @@ def test_what_cannot_be_copied_is_said_with_why(tmp_path):
         "tests/test_x.py": "the id names no test function of a Python file",
     }
     assert (project / "test_m.py").read_text() == "def test_one_line(): assert 1\n"  # untouched
+
+
+def test_root_writes_copies_only_into_its_own_regular_files(tmp_path):
+    # a set-up command runs as the tests' user before the canaries: a link (or a file of theirs) at a test file's
+    # path could otherwise point root's write anywhere
+    import os
+
+    target = tmp_path / "elsewhere.py"
+    target.write_text("def test_x():\n    assert 1\n")
+    project = tmp_path / "repo"
+    project.mkdir()
+    (project / "test_link.py").symlink_to(target)
+    (project / "test_theirs.py").write_text("def test_y():\n    assert 1\n")
+    os.chown(project / "test_theirs.py", 54331, 54331)
+    result = build(str(project), ["test_link.py::test_x", "test_theirs.py::test_y", "test_gone.py::test_z"], seed=1)
+    assert result == {"built": [], "not_built": {
+        "test_link.py::test_x": "its file is not root's own regular file",
+        "test_theirs.py::test_y": "its file is not root's own regular file",
+        "test_gone.py::test_z": "its file cannot be read here: FileNotFoundError"}}
+    assert target.read_text() == "def test_x():\n    assert 1\n"
