@@ -7,6 +7,10 @@ need=()
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v git >/dev/null 2>&1 || need+=(git)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+# the tests' (not the main job's): a headless browser reads what Prefect's UI shows of an artifact
+if [ "${1:-}" != "--main" ]; then
+  command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null

@@ -206,3 +206,56 @@ def test_cancelling_a_pipeline_run_removes_its_sandboxes_and_processes(stack, de
     assert state["type"] == "CANCELLED", state
     assert running_containers(label) == []
     assert _processes_of(run_id) == []
+
+
+def _visible_text(html: str, css_class: str) -> str:
+    """The text a person sees inside the first element whose class list holds ``css_class``."""
+    from html.parser import HTMLParser
+
+    class Text(HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            self.depth, self.parts = 0, []
+
+        def handle_starttag(self, tag, attrs):
+            if self.depth:
+                self.depth += 1
+            elif css_class in (dict(attrs).get("class") or "").split():
+                self.depth = 1
+
+        def handle_endtag(self, tag):
+            if self.depth:
+                self.depth -= 1
+
+        def handle_data(self, data):
+            if self.depth:
+                self.parts.append(data)
+
+    parser = Text()
+    parser.feed(html)
+    return "".join(parser.parts)
+
+
+def test_the_run_summary_renders_as_written_in_prefect_s_ui(stack):
+    # Prefect's UI sanitises Markdown: `eval/<stage>/trajectories` written plainly loses `<stage>`
+    import shutil
+    import tempfile
+
+    from swerl.orchestration.summary import summary_markdown, where_to_look
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("no Chromium here: the test command's set-up (scripts/setup.sh) installs Debian's")
+    where = where_to_look(Path("runs/pipelines/demo"), "abc123", "demo")
+    created = _api("POST", f"{stack['PREFECT_API_URL']}/artifacts/",
+                   json={"key": f"summary-render-{uuid.uuid4().hex[:8]}", "type": "markdown",
+                         "data": summary_markdown("demo", [], where)})
+    assert created.status_code == 201, created.text
+    ui = stack["PREFECT_API_URL"].removesuffix("/api")
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
+                              "--virtual-time-budget=20000", "--dump-dom", f"{ui}/artifacts/artifact/{created.json()['id']}"],
+                             capture_output=True, text=True, timeout=180).stdout
+    shown = _visible_text(dom, "artifact-data-markdown")
+    assert "runs/pipelines/demo/eval/<stage>/trajectories" in shown, shown
+    assert "runs/pipelines/demo/iter-<k>/rollout/trajectories" in shown, shown
