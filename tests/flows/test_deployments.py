@@ -259,3 +259,49 @@ def test_the_run_summary_renders_as_written_in_prefect_s_ui(stack):
     shown = _visible_text(dom, "artifact-data-markdown")
     assert "runs/pipelines/demo/eval/<stage>/trajectories" in shown, shown
     assert "runs/pipelines/demo/iter-<k>/rollout/trajectories" in shown, shown
+
+
+def _run_deployment(api: str, deployment: dict, params: dict, timeout_s: float = 600) -> tuple[str, dict]:
+    """Start ``deployment`` as the UI's "Custom run" does and wait for its end: (flow run id, final state)."""
+    run = _api("POST", f"{api}/deployments/{deployment['id']}/create_flow_run",
+               json={"parameters": params, "state": {"type": "SCHEDULED"}})
+    assert run.status_code == 201, run.text
+    run_id = run.json()["id"]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = _api("GET", f"{api}/flow_runs/{run_id}").json()["state"]
+        if state["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return run_id, state
+        time.sleep(2)
+    raise AssertionError(f"flow run {run_id} did not end in {timeout_s} s: {state}")
+
+
+def test_a_deployed_evaluation_that_fails_ends_its_mlflow_runs_and_logs_no_model_for_a_missing_path(
+        stack, deployed, demo, task_slice, tmp_path):
+    from mlflow import MlflowClient
+
+    api, client = stack["PREFECT_API_URL"], MlflowClient(stack["MLFLOW_TRACKING_URI"])
+    base = {"tasks": str(task_slice), "repos": str(demo.repos_dir), "out": str(tmp_path / "evals"), "runs": 1,
+            "sampler": {"engine": "hf", "concurrency": 1, "agent": {"max_turns": 1, "max_new_tokens": 8}}}
+
+    def runs_of(flow_run_id: str):
+        exp = client.get_experiment_by_name("swerl")
+        return [] if exp is None else client.search_runs(
+            [exp.experiment_id], filter_string=f"tags.`prefect.flow_run_id` = '{flow_run_id}'")
+
+    # a folder that is no model: the flow fails after opening its MLflow run, whose parameters carry no
+    # `tracking` (a deployment's never do); the run ends FAILED in the stack's store, not RUNNING
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    run_id, state = _run_deployment(api, deployed["evaluate"], {"params": {**base, "model": str(empty)}})
+    assert state["type"] == "FAILED", state
+    assert [r.info.status for r in runs_of(run_id)] == ["FAILED"]
+
+    # a path that does not exist: refused before any MLflow run or logged model exists for it
+    missing = tmp_path / "no-such-model"
+    run_id, state = _run_deployment(api, deployed["evaluate"], {"params": {**base, "model": str(missing)}})
+    assert state["type"] == "FAILED" and "does not exist" in (state.get("message") or ""), state
+    assert runs_of(run_id) == []
+    exp = client.get_experiment_by_name("swerl")
+    models = client.search_logged_models([exp.experiment_id]) if exp is not None else []
+    assert [m for m in models if "no-such-model" in (m.name + str(m.tags))] == []
