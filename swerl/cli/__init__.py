@@ -97,8 +97,8 @@ def images_build(
     """Build base, environment and instance images for a task set (cached by content hash)."""
     from swerl.envs.images import write_manifest
 
+    task_list = _load(tasks, skip_invalid)  # the input first: its error needs no daemon
     _docker_ready()
-    task_list = _load(tasks, skip_invalid)
     outcomes = _build(task_list, _image_config(repos, ca_cert, concurrency, log_dir, github))
     write_manifest(list(outcomes.values()), manifest)
     failed = [o for o in outcomes.values() if o.error]
@@ -142,8 +142,8 @@ def tasks_validate(
     from swerl.grading.grader import GradingConfig
     from swerl.grading.validate import ValidationConfig, default_cache_dir, validate_tasks
 
+    task_list = _load(tasks, skip_invalid)  # the input first: its error needs no daemon
     _docker_ready()
-    task_list = _load(tasks, skip_invalid)
     outcomes = _build(task_list, _image_config(repos, ca_cert, concurrency, log_dir))
     config = ValidationConfig(runs=runs, concurrency=concurrency, grading=GradingConfig(
         run_tests_without_patch=True, log_dir=log_dir / "validate", test_timeout_s=timeout),

@@ -91,8 +91,8 @@ def start(
     from swerl.cli.follow import follow_to_the_end, offline_env, require_api
 
     offline_env()
+    overrides = _read_params(params) if params is not None else None  # the input first: its error needs no server
     require_api()
-    overrides = _read_params(params) if params is not None else None
     flow_run = asyncio.run(_create_run(deployment, overrides, name))
     typer.echo(f"flow run {flow_run.name} ({flow_run.id}) of {deployment}; `swerl follow {flow_run.id}` follows it again")
     if follow:

@@ -27,3 +27,18 @@ def test_a_missing_or_unreadable_predictions_file_is_a_clean_error(tmp_path):
         assert proc.stderr.strip() == (f"error: predictions file {predictions} cannot be read ({why}); check the path and "
                                        "the working directory"), proc.stderr
         assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_every_command_reading_an_input_file_says_which_is_missing_with_exit_2(tmp_path):
+    missing = tmp_path / "nope.jsonl"
+    for args, message in [
+        (("tasks", "validate", "--tasks", str(missing), "--out", str(tmp_path / "r.json")),
+         f"error: task file not found: {missing} (check the path and the working directory)"),
+        (("images", "build", "--tasks", str(missing)),
+         f"error: task file not found: {missing} (check the path and the working directory)"),
+        (("pipeline", "run", "--params", str(missing)), f"error: --params {missing}: no such file"),
+        # before any server is looked for
+        (("pipeline", "start", "--params", str(missing)), f"error: --params {missing}: no such file"),
+    ]:
+        proc = swerl(*args)
+        assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (2, message), (args, proc.stderr)
