@@ -26,7 +26,7 @@ from swerl.orchestration.follow import say
 from swerl.orchestration.inputs import curriculum_inputs, task_inputs, tiny_model
 from swerl.orchestration.ledger import Ledger
 from swerl.orchestration.live_table import LiveTable
-from swerl.orchestration.metrics import prefixed, stage_row, table_rows
+from swerl.orchestration.metrics import display_rows, prefixed, stage_row
 from swerl.orchestration.params import EvaluateParams, PipelineParams
 from swerl.orchestration.plan import StartStep, TrainStep, stage_plan
 from swerl.orchestration.results import EvalResult, PolicyRef, StageResult
@@ -200,7 +200,7 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
                               f"Per-stage metrics of pipeline {params.name} (Pass@1 over {params.eval.runs} runs)")
 
     def table() -> None:
-        metrics_table.show(table_rows(rows))
+        metrics_table.show(display_rows(rows, params.eval.runs))
 
     # every task file the pipeline samples: training, held-out evaluation, warm-up
     sets = {"train": tasks}

@@ -108,10 +108,27 @@ def stage_row(stage: str, step: int, policy: str, metrics: Mapping[str, float], 
     return row
 
 
-def table_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Every row with every column any row has, in ``TABLE_KEYS`` order (None where a stage has no
-    value; floats to 4 places). Prefect's table artifact shows only the first row's columns, and
-    the start's evaluation has no training columns."""
-    present = {k for row in rows for k in row}
-    columns = [k for k in TABLE_KEYS if k in present] + sorted(present - set(TABLE_KEYS))
-    return [{k: (round(row[k], 4) if isinstance(row.get(k), float) else row.get(k)) for k in columns} for row in rows]
+# the columns of the Prefect table, in words: eight fit a laptop's page beside Prefect's menus (twelve did not:
+# four were cut off at 1400 px); the training diagnostics stay in MLflow, per stage run
+DISPLAY_COLUMNS = ("stage", "step", "policy", "Pass@1", "reward", "solved", "trained", "time")
+
+
+def display_rows(rows: Sequence[Mapping[str, Any]], runs: int | None = None) -> list[dict[str, Any]]:
+    """The table's rows as a person reads them: Pass@1 with its SEM (none over ``runs`` = 1: it has none), the
+    rollout's mean reward and solved share, whether the stage trained, its time; an empty cell where a stage
+    has no such figure."""
+    def pct(value: Any) -> str:
+        return "" if value is None else f"{value:.1%}"
+
+    out = []
+    for row in rows:
+        p1, sem, trained = row.get("pass_at_1"), row.get("pass_at_1_sem"), row.get("trained")
+        out.append({
+            "stage": row.get("stage", ""), "step": row.get("step", ""), "policy": row.get("policy", ""),
+            "Pass@1": "" if p1 is None else pct(p1) + ("" if sem is None or runs == 1 else f" ± {sem:.1%}"),
+            "reward": "" if row.get("mean_reward") is None else f"{row['mean_reward']:.3f}",
+            "solved": pct(row.get("solved_fraction")),
+            "trained": "" if trained is None else ("yes" if trained else "no"),
+            "time": "" if row.get("seconds") is None else f"{row['seconds']:.0f} s",
+        })
+    return out

@@ -156,11 +156,3 @@ def promote_if_better(tracker: Any, version: str, pass_at_1: float, force: bool 
             return False
     tracker.set_alias("champion", version)
     return True
-
-
-def metric_table(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[dict[str, Any]]:
-    """Rows for a Prefect table artifact: one per stage, the chosen keys, numbers rounded."""
-    table = []
-    for row in rows:
-        table.append({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items() if k in keys})
-    return table

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from swerl.agent.trajectory import ExitReason, Trajectory
 from swerl.eval.report import build_report
 from swerl.orchestration.ledger import Ledger
-from swerl.orchestration.metrics import eval_metrics, prefixed, rollout_metrics, stage_row, table_rows, train_metrics
+from swerl.orchestration.metrics import display_rows, eval_metrics, prefixed, rollout_metrics, stage_row, train_metrics
 from swerl.orchestration.params import EvaluateParams, PipelineParams
 from swerl.rl.rewards import RewardConfig
 
@@ -122,20 +122,24 @@ def test_train_metrics_average_each_key_over_steps_and_skip_missing_or_nan():
     assert prefixed("train", {"loss": 1}) == {"train/loss": 1.0}
 
 
-def test_the_metrics_table_gives_every_row_every_column():
-    # the start's evaluation has no training figures; Prefect's table showed only its columns
-    start = stage_row("start", 0, "0", {"eval/pass_at_1": 0.0, "eval/pass_at_1_sem": 0.0}, 12.34)
+def test_a_stage_row_keeps_the_figures_that_have_a_column():
     rft = stage_row("rft", 1, "rft", {"eval/pass_at_1": 0.5, "rollout/mean_reward": 1.0, "rollout/pass_at_1": 0.9,
                                       "train/entropy": 2.123456, "train/trained": 1.0, "rollout/turns_mean": 4.0}, 60.0)
     assert rft == {"stage": "rft", "step": 1, "policy": "rft", "seconds": 60.0, "pass_at_1": 0.5, "mean_reward": 1.0,
                    "entropy": 2.123456, "trained": 1.0}
-    assert table_rows([start, rft]) == [
-        {"stage": "start", "step": 0, "policy": "0", "pass_at_1": 0.0, "pass_at_1_sem": 0.0, "mean_reward": None,
-         "entropy": None, "trained": None, "seconds": 12.3},
-        {"stage": "rft", "step": 1, "policy": "rft", "pass_at_1": 0.5, "pass_at_1_sem": None, "mean_reward": 1.0,
-         "entropy": 2.1235, "trained": 1.0, "seconds": 60.0},
+
+
+def test_the_prefect_table_shows_eight_columns_in_words():
+    start = stage_row("start", 0, "0", {"eval/pass_at_1": 0.236, "eval/pass_at_1_sem": 0.007}, 65.2)
+    rft = stage_row("rft", 1, "rft", {"eval/pass_at_1": 0.5, "rollout/mean_reward": 0.35125, "rollout/solved_fraction": 0.27,
+                                      "train/entropy": 2.1, "train/trained": 1.0}, 48.0)
+    assert display_rows([start, rft]) == [
+        {"stage": "start", "step": 0, "policy": "0", "Pass@1": "23.6% ± 0.7%", "reward": "", "solved": "", "trained": "",
+         "time": "65 s"},
+        {"stage": "rft", "step": 1, "policy": "rft", "Pass@1": "50.0%", "reward": "0.351", "solved": "27.0%",
+         "trained": "yes", "time": "48 s"},
     ]
-    assert table_rows([]) == []
+    assert display_rows([start], runs=1)[0]["Pass@1"] == "23.6%"  # one run has no SEM to show
 
 
 # --- parameters ----------------------------------------------------------------------------
