@@ -10,7 +10,7 @@ on that model, linked to the evaluation task set, and on its registered version.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
