@@ -98,7 +98,7 @@ def register_trained_checkpoint(tracking: TrackingParams, run_id: str, checkpoin
 
 @task(name="resolve-policy", **_RETRY)
 def resolve_policy(tracking: TrackingParams, model: str) -> dict[str, Any]:
-    path, version, registered, step = recording.resolve_policy_at(tracker(tracking), model)
+    path, version, registered, step = recording.resolve_policy(tracker(tracking), model)
     return {"path": path, "policy_version": version, "registered_version": registered, "step": step}
 
 

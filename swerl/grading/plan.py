@@ -36,13 +36,9 @@ SETUP_FAILED = 97
 INLINE_REPORT_MAX = 1_000_000  # bytes of report printed with the test output (well inside the kept tail)
 
 
-def changed_by_test_patch(task: Task) -> set[str]:
-    return diff_paths(task.test_patch)
-
-
 def select_test_files(task: Task) -> list[str]:
     """Test files given to the test command: those of the test patch and of the listed tests."""
-    files = {p for p in changed_by_test_patch(task) if p.endswith(".py")}
+    files = {p for p in diff_paths(task.test_patch) if p.endswith(".py")}
     for test in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]:
         head = test.split("::", 1)[0]
         if "::" in test and head.endswith(".py"):

@@ -59,10 +59,8 @@ class Isolation:
         the helper then (as root) kills whatever of theirs is left and audits what they created in
         ``workdir``, its line the last before their status."""
         body = "\n".join((["set -uxo pipefail"] if trace else []) + region)
-        limit = f"--timeout-s {self.timeout_s:g} " if self.timeout_s is not None else ""
         wire = f"--wire {shlex.quote(self.wire)} " if self.wire else ""
-        run_as = (f'"$SWERL_PYTHON" -I -S {self.helper} run {shlex.quote(workdir)} {self.uid} {shlex.quote(self.home)} '
-                  f'{limit}--evidence {shlex.quote(self.evidence)} {wire}-- ' if self.uid is not None else "")
+        run_as = self._run_as(workdir, f"--evidence {shlex.quote(self.evidence)} {wire}") if self.uid is not None else ""
         channel = f"{self.evidence}/channel"
         return [f"cat {channel} > {self.evidence}/events & swerl_collector=$!",
                 f"{run_as}bash -c {shlex.quote(body)} {REPORT_FD}>{channel}"]
@@ -74,17 +72,21 @@ class Isolation:
         if self.uid is None:
             return list(lines)
         out: list[str] = []
-        limit = f"--timeout-s {self.timeout_s:g} " if self.timeout_s is not None else ""
+        folder = f"{self.evidence}/set-up"
         for as_root, run in split(lines, workdir):
             if as_root:
                 out += run
                 continue
-            folder = f"{self.evidence}/set-up"
             body = "\n".join(["set -uxo pipefail", *run])
             out += [f"mkdir -p -m 700 {folder}",
-                    f'"$SWERL_PYTHON" -I -S {self.helper} run {shlex.quote(workdir)} {self.uid} {shlex.quote(self.home)} '
-                    f"{limit}--evidence {folder} --clear-outside 1 -- bash -c {shlex.quote(body)}"]
+                    self._run_as(workdir, f"--evidence {folder} --clear-outside 1 ") + f"bash -c {shlex.quote(body)}"]
         return out
+
+    def _run_as(self, workdir: str, options: str) -> str:
+        """The helper's ``run`` as the test user, under the tests' time limit, up to the command it runs."""
+        limit = f"--timeout-s {self.timeout_s:g} " if self.timeout_s is not None else ""
+        return (f'"$SWERL_PYTHON" -I -S {self.helper} run {shlex.quote(workdir)} {self.uid} {shlex.quote(self.home)} '
+                f"{limit}{options}-- ")
 
     def after(self) -> list[str]:
         """Once the test command's status is printed: nothing of the tests' is left to write (``run`` saw to

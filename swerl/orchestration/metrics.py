@@ -123,12 +123,12 @@ def display_rows(rows: Sequence[Mapping[str, Any]], runs: int | None = None) -> 
     out = []
     for row in rows:
         p1, sem, trained = row.get("pass_at_1"), row.get("pass_at_1_sem"), row.get("trained")
-        out.append({
-            "stage": row.get("stage", ""), "step": row.get("step", ""), "policy": row.get("policy", ""),
-            "Pass@1": "" if p1 is None else pct(p1) + ("" if sem is None or runs == 1 else f" ± {sem:.1%}"),
-            "reward": "" if row.get("mean_reward") is None else f"{row['mean_reward']:.3f}",
-            "solved": pct(row.get("solved_fraction")),
-            "trained": "" if trained is None else ("yes" if trained else "no"),
-            "time": "" if row.get("seconds") is None else f"{row['seconds']:.0f} s",
-        })
+        out.append(dict(zip(DISPLAY_COLUMNS, (
+            row.get("stage", ""), row.get("step", ""), row.get("policy", ""),
+            "" if p1 is None else pct(p1) + ("" if sem is None or runs == 1 else f" ± {sem:.1%}"),
+            "" if row.get("mean_reward") is None else f"{row['mean_reward']:.3f}",
+            pct(row.get("solved_fraction")),
+            "" if trained is None else ("yes" if trained else "no"),
+            "" if row.get("seconds") is None else f"{row['seconds']:.0f} s",
+        ), strict=True)))
     return out

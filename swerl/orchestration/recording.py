@@ -83,18 +83,14 @@ def log_checkpoint(tracker: Any, run_id: str, checkpoint: Path, *, name: str, po
     return {"model_id": model_id, "version": version}
 
 
-def resolve_policy(tracker: Any, model: str) -> tuple[str, str, str | None]:
-    """``model`` as (checkpoint path or name, policy version, registered version).
+def resolve_policy(tracker: Any, model: str) -> tuple[str, str, str | None, int | None]:
+    """``model`` as (checkpoint path or name, policy version, registered version, the pipeline step its
+    checkpoint was made at: a registered version's ``swerl.step``, where a later evaluation of it belongs
+    on the curve).
 
     ``champion``/``candidate``/``alias:NAME`` and ``version:N`` name the registry; anything
-    else is a folder or hub name used as is.
+    else is a folder or hub name used as is (no version, no step).
     """
-    return resolve_policy_at(tracker, model)[:3]
-
-
-def resolve_policy_at(tracker: Any, model: str) -> tuple[str, str, str | None, int | None]:
-    """``resolve_policy`` and the pipeline step its checkpoint was made at (a registered version's
-    ``swerl.step``; None for a folder or hub name): where a later evaluation of it belongs on the curve."""
     ref = model
     if model in ("champion", "candidate"):
         ref = f"alias:{model}"
@@ -146,13 +142,10 @@ def promote_if_better(tracker: Any, version: str, pass_at_1: float, force: bool 
     """Record Pass@1 on the registered version; move ``champion`` here when it strictly beats the
     champion's (or there is none), or when ``force`` (a deliberate roll-back). A tie keeps the
     champion: a version that is no better is not worth a move. Returns whether it moved."""
-    name = tracker.config.registered_model
-    tracker.client.set_model_version_tag(name, version, PASS_AT_1_TAG, f"{pass_at_1:.6f}")
-    current = tracker.alias_version("champion")
-    if current is not None and current != version and not force:
-        best = tracker.client.get_model_version(name, current).tags.get(PASS_AT_1_TAG)
-        # compared at the tag's precision, so a rounding difference is no improvement
-        if best is not None and round(pass_at_1, 6) <= float(best):
-            return False
+    tracker.client.set_model_version_tag(tracker.config.registered_model, version, PASS_AT_1_TAG, f"{pass_at_1:.6f}")
+    current, best = champion_state(tracker)
+    # compared at the tag's precision, so a rounding difference is no improvement
+    if current is not None and current != version and not force and best is not None and round(pass_at_1, 6) <= best:
+        return False
     tracker.set_alias("champion", version)
     return True

@@ -86,7 +86,7 @@ def chain(db_uri, tmp_path) -> dict:
     tracker.finish(rft)
 
     evaluation = tracker.stage_run(parent, "eval-rft")
-    path, _, version = recording.resolve_policy(tracker, f"version:{registered['version']}")
+    path, _, version, _ = recording.resolve_policy(tracker, f"version:{registered['version']}")
     model_id = recording.link_policy(tracker, evaluation, path, version)
     eval_digest = recording.log_task_set(tracker, evaluation, eval_file, name="eval-tasks", context="evaluation")
     recording.log_evaluation(tracker, evaluation, model_id, {"eval/pass_at_1": 0.5, "eval/pass_at_1_sem": 0.25}, step=1,
