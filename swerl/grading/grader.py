@@ -129,7 +129,8 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
         report = None
     if report is not None and not tampering:
         tampering = added_hooks(report.get("hooks") or [], config.sandbox.workdir,
-                                (answer.guard or {}).get("changed") or [], plan.added_defs)
+                                (answer.guard or {}).get("changed") or [], plan.added_defs,
+                                tuple((answer.pre_tests or {}).get("runner") or ()))
     if plan.tripwire and report is not None:
         if answer.pre_tests is None:
             raise SandboxError("pytest ran but root's step before the tests (canaries, tripwire) left no record")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from swerl.data.task import Task
 from swerl.grading.judge import END_TEST_OUTPUT, START_TEST_OUTPUT, TEST_EXIT_CODE
 from swerl.grading.setup_privilege import split
+from swerl.grading.test_user import TRIPWIRE_CONFIG
 
 ASSETS_DIR = "/tmp/swerl-assets"
 REPORT_FD = 3
@@ -139,7 +140,20 @@ if sys.version_info >= (3, 8) and args.get("tripwire_src"):
             f.write("import sys, swerl_tripwire; sys.modules.pop('swerl_tripwire', None)\\n")
         for name in ("swerl_tripwire.py", "000-swerl-tripwire.pth"):
             os.chmod(os.path.join(site, name), 0o644)
-        status.update(tripwire=True, site=site)
+        # the runner's own packages, located without running them: where the repository is the runner
+        # (pytest-dev/pytest, pluggy) its files are the runner's, not evidence against the patch that changed them
+        import importlib.util
+        runner = []
+        for name in ("_pytest", "pytest", "pluggy"):
+            try:
+                found_spec = importlib.util.find_spec(name)
+            except Exception:
+                found_spec = None
+            for folder in (found_spec and found_spec.submodule_search_locations) or []:
+                runner += sorted({os.path.abspath(folder) + "/", os.path.realpath(folder) + "/"})
+        with open(args["tripwire_conf"], "a") as f:
+            f.write("".join("runner " + folder + "\\n" for folder in runner))
+        status.update(tripwire=True, site=site, runner=runner)
     except Exception as e:
         status["error"] = repr(e)
 if args.get("out"):
@@ -153,6 +167,7 @@ def pre_tests(tripwire_src: str | None, evidence: str, canaries_src: str, canari
     one interpreter of the tests' environment: the canaries (``canaries``: canaries.build's arguments) and the
     tripwire installed into it."""
     args = "--swerl-pre-tests " + shlex.quote(json.dumps({"tripwire_src": tripwire_src, "out": evidence + "/pre_tests.json",
+                                                           "tripwire_conf": TRIPWIRE_CONFIG,
                                                            "canaries_src": canaries_src, "canaries": canaries}))
     return [
         'swerl_py="$(command -v python || command -v python3)"',

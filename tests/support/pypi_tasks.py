@@ -84,6 +84,8 @@ class Package:
     test_source: str
     related_tests: tuple[str, ...]  # existing test files whose outcomes feed FAIL_TO_PASS / PASS_TO_PASS
     problem_statement: str
+    # the image's install; a mirror has no tags (none reach a sandbox), so a setuptools-scm version is given
+    install: str = "pip install -e ."
 
     @property
     def slug(self) -> str:
@@ -338,10 +340,60 @@ TRIO = Package(
         """),
 )
 
+PYTEST = Package(
+    name="pytest", version="8.3.3",
+    sha256="70b98107bd648308a7952b06e6ca9a50bc660be218d53c257cc1fc94fda10181",
+    repo="pytest-dev/pytest", build="setuptools + setuptools-scm (pyproject.toml, src layout); the test runner itself",
+    pyproject_only=False,
+    # the repository is the runner: the fix is in `src/_pytest`, what runs the tests that judge it, and the tests
+    # (in a folder named `testing`, with `-p pytester` and warnings as errors in its addopts) run pytest in pytest
+    mutation=Mutation(
+        path="src/_pytest/mark/expression.py", function="expr", kind="func_pm_op_change",
+        old="        ret = ast.BoolOp(ast.Or(), [ret, rhs])\n", new="        ret = ast.BoolOp(ast.And(), [ret, rhs])\n",
+    ),
+    test_path="testing/test_keyword_or.py",
+    test_source='''\
+        from __future__ import annotations
+
+        from _pytest.mark.expression import Expression
+        from _pytest.pytester import Pytester
+        import pytest
+
+
+        @pytest.mark.parametrize(
+            "expression, names, expected",
+            [("a or b", {"a"}, True), ("a or b", {"b"}, True), ("a or b", set(), False), ("not a or b", {"a"}, False)],
+            ids=["left", "right", "neither", "not binds tighter"],
+        )
+        def test_or_matches_either_side(expression: str, names: set[str], expected: bool) -> None:
+            assert Expression.compile(expression).evaluate(lambda name, /, **kw: name in names) is expected
+
+
+        def test_k_or_selects_both_tests(pytester: Pytester) -> None:
+            pytester.makepyfile("def test_one(): pass\\ndef test_two(): pass\\ndef test_three(): pass\\n")
+            result = pytester.runpytest("-k", "one or two")
+            result.assert_outcomes(passed=2, deselected=1)
+        ''',
+    related_tests=("testing/test_mark_expression.py", "testing/test_mark.py"),
+    problem_statement=textwrap.dedent("""\
+        `-k "a or b"` selects only the tests matching both
+
+        ```
+        $ pytest -k "test_one or test_two"
+        collected 3 items / 3 deselected / 0 selected
+        ```
+
+        `or` in a `-k` or `-m` expression behaves like `and`: a test must match both sides to be
+        selected. `pytest -k "test_one or test_two"` should run `test_one` and `test_two`.
+        """),
+    # its pyproject.toml says `minversion = "2.0"`, which a version from the tagless mirror (0.1.dev1) fails
+    install="SETUPTOOLS_SCM_PRETEND_VERSION=8.3.3 pip install -e .",
+)
+
 PACKAGES = (MORE_ITERTOOLS, TOOLZ, IDNA)
 # the shapes SWE-bench has that the three above lack: a pytest plugin whose own tests run pytest in pytest, and
 # a bug inside a library's own `testing` package (src layout, async tests run by the library's pytest plugin)
-SHAPE_SPECS = (TaskSpec(PYTEST_MOCK, "3.11"), TaskSpec(TRIO, "3.11"))
+SHAPE_SPECS = (TaskSpec(PYTEST_MOCK, "3.11"), TaskSpec(TRIO, "3.11"), TaskSpec(PYTEST, "3.11"))
 # the pyproject.toml-only package installed editable on 3.9; toolz on both Pythons
 TASK_SPECS = (
     TaskSpec(IDNA, "3.9"),
@@ -473,7 +525,7 @@ def task_record(spec: TaskSpec, mirror: Mirror) -> dict:
         "PASS_TO_PASS": [],
         "install_config": {
             "python": spec.python,
-            "install": "pip install -e .",
+            "install": pkg.install,
             "test_cmd": TEST_CMD,
             "log_parser": "parse_log_pytest",
         },

@@ -55,6 +55,19 @@ def test_a_hook_the_patch_added_is_refused_and_one_it_only_changed_is_not():
     assert added_hooks(hooks, "/testbed", ["pkg/testing/conftest.py"], {}).endswith("conftest.py:pytest_configure")
 
 
+def test_where_the_repository_is_pytest_a_hook_its_fix_adds_to_pytest_is_pytest_s():
+    from swerl.grading.judge import added_hooks
+
+    hooks = [["pytest_collection_modifyitems", "/testbed/src/_pytest/mark/__init__.py", "pytest_collection_modifyitems"],
+             ["pytest_runtest_makereport", "/testbed/testing/conftest.py", "forced"]]
+    changed = ["src/_pytest/mark/__init__.py", "testing/conftest.py"]
+    added = {"src/_pytest/mark/__init__.py": ["pytest_collection_modifyitems"], "testing/conftest.py": ["forced"]}
+    assert added_hooks(hooks, "/testbed", changed, added, runner=("/testbed/src/_pytest/", "/testbed/src/pytest/")) == (
+        "pytest registered a hook implementation the patch adds, which decides what runs or how it is reported: "
+        "pytest_runtest_makereport from testing/conftest.py:forced")
+    assert "src/_pytest/mark/__init__.py" in added_hooks(hooks, "/testbed", changed, added)
+
+
 def test_the_names_a_diff_adds_are_its_added_definitions():
     from swerl.grading.diffs import split_diff
     from swerl.grading.plan import added_definitions

@@ -34,13 +34,17 @@ def sandbox():
     shutil.rmtree(folder)
 
 
-def run_as_user(folder: Path, code: str, agent_files: tuple[str, ...] = ("agent.py",), **modules: str) -> list[str]:
-    """Run ``import agent`` (``code`` in agent.py) as the test user with the tripwire in; its records.
-    ``modules``: other modules beside it, the project's own (root's, unchanged)."""
+def run_as_user(folder: Path, code: str, agent_files: tuple[str, ...] = ("agent.py",), runner: tuple[str, ...] = (),
+                owner: int = 0, **modules: str) -> list[str]:
+    """Run ``import agent`` (``code`` in agent.py, owned by ``owner``) as the test user with the tripwire in; its
+    records. ``modules``: other modules beside it, the project's own (root's, unchanged); ``runner``: the
+    runner's own folders, as root located them."""
     (folder / "agent.py").write_text(textwrap.dedent(code))
+    os.chown(folder / "agent.py", owner, owner)
     for name, text in modules.items():
         (folder / f"{name}.py").write_text(textwrap.dedent(text))
-    (folder / "conf").write_text("\n".join([str(folder / "wire"), *(str(folder / f) for f in agent_files)]) + "\n")
+    (folder / "conf").write_text("\n".join([str(folder / "wire"), *(str(folder / f) for f in agent_files),
+                                            *(f"runner {path}" for path in runner)]) + "\n")
     reader = os.open(folder / "wire", os.O_RDWR | os.O_NONBLOCK)
     try:
         proc = subprocess.run([PYTHON, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import swerl_tripwire; "
@@ -109,6 +113,22 @@ def test_tampering_from_the_agent_s_file_is_recorded(sandbox, name):
 @pytest.mark.parametrize("name", sorted(TAMPERING))
 def test_the_same_from_the_project_s_own_unchanged_file_is_not(sandbox, name):
     assert run_as_user(sandbox, TAMPERING[name][0], agent_files=(), testmod=TESTMOD) == [] or "thread" in name
+
+
+def test_where_the_repository_is_the_runner_the_patch_s_files_there_are_the_runner_s(sandbox):
+    # pytest's own source, patched (a fix to `_pytest/assertion/rewrite.py` compiles trees, `_pytest/_code` reads
+    # frames, pytester starts pytest): the runner's work, whoever changed it; the canaries judge the runner
+    runner = (f"{sandbox}/",)
+    for name in ("code claiming another file", "frame off a traceback", "a program started"):
+        assert run_as_user(sandbox, TAMPERING[name][0], runner=runner, testmod=TESTMOD) == [], name
+    # a tree compiled (its file name is not audited) by the runner's patched file, as the assertion rewriter does
+    assert run_as_user(sandbox, "import ast\ncompile(ast.parse('x = 1'), '/testbed/t.py', 'exec')\n",
+                       runner=runner) == []
+    assert run_as_user(sandbox, "import ast\ncompile(ast.parse('x = 1'), '/testbed/t.py', 'exec')\n") == [
+        f"compile {sandbox}/agent.py compile as None"]
+    # a file the tests write into the runner's folder is theirs: the folder does not launder it
+    records = run_as_user(sandbox, TAMPERING["a program started"][0], agent_files=(), runner=runner, owner=USER)
+    assert [r.split(" ")[0] for r in records] == ["subprocess.Popen"], records
 
 
 def test_the_agent_s_module_giving_itself_a_class_is_not_recorded(sandbox):

@@ -25,7 +25,7 @@ a tripwire that cannot report fails closed.
 """
 
 
-CONFIG = "/tmp/swerl-grade/tripwire.conf"  # root's: the wire's path, then the agent's files, a line each
+CONFIG = "/tmp/swerl-grade/tripwire.conf"  # root's: the wire's path, then the agent's files and `runner <folder>`s
 
 
 def _install():
@@ -44,7 +44,10 @@ def _install():
     except OSError:
         return  # no grading is under way: this interpreter is not a graded test run's
     wire, uid = lines[0], posix.getuid()
-    agent = frozenset(line for line in lines[1:] if line)
+    # the runner's own packages (root located them before the tests): where the repository is the runner, its
+    # files run every test, and what they do is the runner's work, whoever changed them
+    runner = tuple(line[7:] for line in lines[1:] if line.startswith("runner /"))
+    agent = frozenset(line for line in lines[1:] if line.startswith("/"))
     write, fstat, stat, getpid, exit_now = posix.write, posix.fstat, posix.stat, posix.getpid, os._exit
     get_ident = __import__("_thread").get_ident
     getframe = sys._getframe
@@ -97,10 +100,11 @@ def _install():
         return isinstance(path, str) and is_agent(path)
 
     def is_agent(path):
-        """A file of the agent's: changed or created by the patch, created by the tests, or not a file at all."""
+        """A file of the agent's: changed or created by the patch (unless it is the runner's own), created by
+        the tests, or not a file at all."""
         known = owner_cache.get(path)
         if known is None:
-            if path in agent:
+            if path in agent and not (runner and path.startswith(runner)):
                 known = True
             else:
                 try:
