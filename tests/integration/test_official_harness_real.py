@@ -71,6 +71,14 @@ def test_on_real_packages_swerl_agrees_with_swebench_s_harness(pypi, tmp_path, m
                 tmp_path), True),
         ]
         if task.repo == "pytest-dev/pytest":  # the repository is the runner: a patch can change what reports
+            # a fix that also touches the assertion rewriter (it parses and compiles each test module under the
+            # module's own name) and the traceback code (it reads frames): the runner's work, still
+            preds.append((iid, "runner_internals_touched", variant(repo, task.base_commit, task.patch, {
+                "src/_pytest/assertion/rewrite.py": lambda t: t.replace("    strfn = str(fn)\n",
+                                                                        "    strfn = os.fspath(fn)\n", 1),
+                "src/_pytest/_code/code.py": lambda t: t.replace(
+                    "        return Frame(self._rawentry.tb_frame)\n",
+                    "        raw = self._rawentry.tb_frame\n        return Frame(raw)\n", 1)}, tmp_path), True))
             preds.append((iid, "runner_forces_passes", variant(repo, task.base_commit, task.patch, {
                 "src/_pytest/runner.py": lambda t: t.replace(
                     "    return TestReport.from_item_and_call(item, call)\n",
