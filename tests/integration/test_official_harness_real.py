@@ -30,7 +30,7 @@ def pypi(docker_ready, tmp_path_factory):
     """The real-package tasks (tests/support/pypi_tasks.py) as SWE-bench 5 records of their own images: the
     publisher's eval script, without conda (their Python is on PATH), running the files their tests live in."""
     from swerl.demo.swebench_records import eval_script, swebench_record
-    from tests.support.pypi_tasks import IDNA, PYTEST, SHAPE_SPECS, TASK_SPECS, TEST_CMD, TRIO, publish
+    from tests.support.pypi_tasks import IDNA, PLUGGY, PYTEST, SHAPE_SPECS, TASK_SPECS, TEST_CMD, TRIO, publish
 
     # idna on 3.9 (pyproject only, unittest-style test classes) and pytest-mock on 3.11 (a pytest plugin whose
     # own suite runs pytest inside pytest, and needs itself loaded there by its entry point)
@@ -46,7 +46,8 @@ def pypi(docker_ready, tmp_path_factory):
         # trio's as every SWE-bench record's: the package re-installed once the prediction is in (as root and
         # online under swebench; as the test user, so failing, under swerl, where the image's install stands)
         install = {TRIO.repo: "python -m pip install -e .",
-                   PYTEST.repo: "SETUPTOOLS_SCM_PRETEND_VERSION=8.3.3 python -m pip install -e ."}.get(task.repo)
+                   PYTEST.repo: "SETUPTOOLS_SCM_PRETEND_VERSION=8.3.3 python -m pip install -e .",
+                   PLUGGY.repo: "SETUPTOOLS_SCM_PRETEND_VERSION=1.5.0 python -m pip install -e ."}.get(task.repo)
         script = eval_script(task, test_cmd=f"{TEST_CMD} {' '.join(related[task.instance_id])}", install=install)
         record["eval_script"] = "".join(line for line in script.splitlines(keepends=True) if "activate" not in line)
         records[task.instance_id] = record

@@ -390,10 +390,52 @@ PYTEST = Package(
     install="SETUPTOOLS_SCM_PRETEND_VERSION=8.3.3 pip install -e .",
 )
 
+PLUGGY = Package(
+    name="pluggy", version="1.5.0",
+    sha256="2cffa88e94fdc978c4c574f15f9e59b7f4201d439195c3715ca9e2486f1d0cf1",
+    repo="pytest-dev/pluggy", build="setuptools + setuptools-scm (pyproject.toml, src layout); pytest's hook caller",
+    pyproject_only=False,
+    # the runner's other half: pytest calls every hook through the repository's pluggy
+    mutation=Mutation(
+        path="src/pluggy/_manager.py", function="unblock", kind="func_pm_bool_flip",
+        old="            del self._name2plugin[name]\n            return True\n",
+        new="            del self._name2plugin[name]\n            return False\n",
+    ),
+    test_path="testing/test_unblock_answer.py",
+    test_source='''\
+        import pytest
+
+        from pluggy import PluginManager
+
+
+        @pytest.mark.parametrize("blocked", [True, False], ids=["blocked", "never blocked"])
+        def test_unblock_says_whether_the_name_was_blocked(blocked: bool) -> None:
+            pm = PluginManager("example")
+            if blocked:
+                pm.set_blocked("plugin")
+            assert pm.unblock("plugin") is blocked
+            assert not pm.is_blocked("plugin")
+        ''',
+    related_tests=("testing/test_pluginmanager.py",),
+    problem_statement=textwrap.dedent("""\
+        PluginManager.unblock always returns False
+
+        ```python
+        pm = PluginManager("example")
+        pm.set_blocked("plugin")
+        pm.unblock("plugin")  # False, though the name was blocked and is now unblocked
+        ```
+
+        The docstring says it "returns whether the name was actually blocked".
+        """),
+    install="SETUPTOOLS_SCM_PRETEND_VERSION=1.5.0 pip install -e .",
+)
+
 PACKAGES = (MORE_ITERTOOLS, TOOLZ, IDNA)
 # the shapes SWE-bench has that the three above lack: a pytest plugin whose own tests run pytest in pytest, and
 # a bug inside a library's own `testing` package (src layout, async tests run by the library's pytest plugin)
-SHAPE_SPECS = (TaskSpec(PYTEST_MOCK, "3.11"), TaskSpec(TRIO, "3.11"), TaskSpec(PYTEST, "3.11"))
+SHAPE_SPECS = (TaskSpec(PYTEST_MOCK, "3.11"), TaskSpec(TRIO, "3.11"), TaskSpec(PYTEST, "3.11"),
+               TaskSpec(PLUGGY, "3.11"))
 # the pyproject.toml-only package installed editable on 3.9; toolz on both Pythons
 TASK_SPECS = (
     TaskSpec(IDNA, "3.9"),
