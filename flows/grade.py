@@ -36,7 +36,7 @@ def grade(params: GradeParams) -> dict[str, Any]:
     chunks = [rows[i:i + params.chunk_size] for i in range(0, len(rows), params.chunk_size)]
     parts = [params.out.with_name(f"{params.out.stem}.part{n:04d}.jsonl") for n in range(len(chunks))]
     calls = [{"tasks": tasks, "predictions": chunk, "manifest": manifest, "out": part, "concurrency": params.concurrency,
-              "timeout_s": params.test_timeout_s} for chunk, part in zip(chunks, parts)]
+              "grading": params.grading} for chunk, part in zip(chunks, parts)]
     results = run_tasks(grade_chunk, calls, dask_address=params.dask_address)
     params.out.parent.mkdir(parents=True, exist_ok=True)
     with params.out.open("w") as f:

@@ -237,7 +237,8 @@ def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
             for key, path in checked.items():
                 suffix = "" if key == "train" else f"-{key}"
                 report = validate_tasks_task(path, Path(images[key]["manifest"]), params.validate_runs,
-                                             run_dir / f"validation{suffix}.json", params.sampler.concurrency)
+                                             run_dir / f"validation{suffix}.json", params.sampler.concurrency,
+                                             grading=params.sampler.grading)
                 tr.log_metrics(params.tracking, parent_id, {f"tasks{suffix}/valid": float(report["valid"]),
                                                             f"tasks{suffix}/total": float(report["total"])})
                 kept = keep_valid_tasks(path, run_dir / f"validation{suffix}.json", run_dir / f"tasks{suffix}.valid.jsonl")

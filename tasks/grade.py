@@ -9,21 +9,21 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from swerl.grading.grader import GradingConfig
 from tasks.common import TAG_SANDBOX, retry_on_infrastructure
 
 
 @task(name="grade-chunk", tags=[TAG_SANDBOX], retries=1, retry_condition_fn=retry_on_infrastructure,
       timeout_seconds=6 * 3600, cache_policy=NO_CACHE)
 def grade_chunk(tasks: Path, predictions: list[dict[str, Any]], manifest: Path, out: Path, concurrency: int = 2,
-                timeout_s: float = 900.0, log_dir: Path = Path(".swerl/logs")) -> dict[str, Any]:
+                grading: GradingConfig | None = None, log_dir: Path = Path(".swerl/logs")) -> dict[str, Any]:
     """Write one result line per prediction to ``out`` (JSONL); predictions for unknown instances are refused."""
-    from swerl.grading.grader import GradingConfig, grade_many
+    from swerl.grading.grader import grade_many
     from swerl.stages.images import load_task_file, read_manifest
 
     by_id = {t.instance_id: t for t in load_task_file(tasks)}
     images = read_manifest(manifest)
-    config = GradingConfig(log_dir=log_dir / "grade", test_timeout_s=timeout_s)
-    config.sandbox.run_id = f"grade-{uuid.uuid4().hex[:8]}"
+    config = (grading or GradingConfig()).for_run(log_dir / "grade", f"grade-{uuid.uuid4().hex[:8]}")
     unknown = sorted({p["instance_id"] for p in predictions if p["instance_id"] not in by_id})
     if unknown:  # read_predictions leaves these out; reaching here is a caller's bug, not the agent's failure
         raise ValueError(f"predictions for instances not in {tasks}: {', '.join(unknown[:10])}")

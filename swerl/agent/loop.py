@@ -25,7 +25,7 @@ from swerl.agent.tools import TOOLS_STATE, in_sandbox
 from swerl.agent.trajectory import ExitReason, Trajectory, Turn
 from swerl.data.task import Task
 from swerl.envs.sandbox import HostLost, Sandbox, SandboxError
-from swerl.inference.base import EngineError, GenerationRequest, InferenceEngine
+from swerl.inference.base import EngineError, Generation, GenerationRequest, InferenceEngine
 
 
 class AgentConfig(BaseModel):
@@ -168,79 +168,107 @@ class Agent:
         return traj
 
     async def _turns(self, task: Task, sandbox: Sandbox, traj: Trajectory, shell: _ShellState, deadline: float, seed: int | None) -> ExitReason:
+        """The turns: query the policy, parse its reply, execute the command, account the observation's tokens."""
         cfg = self.config
-        consecutive_errors = 0
+        format_errors = 0
         for index in range(cfg.max_turns):
-            used = len(traj.prompt_ids) + len(traj.response_ids)
-            room = self.max_context - used
+            room = self.max_context - len(traj.prompt_ids) - len(traj.response_ids)
             if room < cfg.min_turn_tokens:
                 return ExitReason.context_exceeded
             if time.monotonic() >= deadline:
                 return ExitReason.timeout
-            request = GenerationRequest(
-                request_id=f"{traj.trajectory_id}#{index}",
-                prompt_ids=traj.prompt_ids + traj.response_ids,
-                max_new_tokens=min(cfg.max_new_tokens, room),
-                stop_token_ids=self.chat.stop_token_ids,
-                seed=turn_seed(seed, traj.trajectory_id, index),
-                trajectory_id=traj.trajectory_id,
-                turn=index,
-            )
-            t0 = time.monotonic()
-            try:
-                gen = await asyncio.wait_for(self.engine.generate(request), timeout=deadline - t0)
-            except asyncio.TimeoutError:
+            replied = await self._query(traj, index, room, deadline, seed)
+            if replied is None:
                 return ExitReason.timeout
-            gen_s = time.monotonic() - t0
-            ids, finish, dropped = gen.token_ids, gen.finish_reason, 0
-            if cfg.end_reply_at_command:
-                keep = self.chat.command_end(ids)
-                if keep < len(ids):
-                    ids, finish, dropped = ids[:keep], "stop", len(ids) - keep
-            traj.response_ids += ids
-            traj.action_mask += [1] * len(ids)
-            traj.logprobs += gen.logprobs[:len(ids)]
-            traj.exact_ids = traj.exact_ids and gen.exact_ids
-            reply = self.chat.reply_text(ids)
-            traj.messages.append({"role": "assistant", "content": reply})
-            turn = Turn(index=index, reply=reply, n_action_tokens=len(ids), finish_reason=finish, dropped_tokens=dropped,
-                        generation_s=gen_s, policy_version=gen.policy_version or self.engine.policy_version)
-            traj.turns.append(turn)
+            turn, ids = replied
             try:
-                action = parse_action(reply)
+                action = parse_action(turn.reply)
             except FormatError as e:
-                consecutive_errors += 1
+                format_errors += 1
                 turn.format_error = str(e)
-                if consecutive_errors >= cfg.max_format_errors:
+                if format_errors >= cfg.max_format_errors:
                     return ExitReason.format_errors
                 observation = self.prompts.render("format_error", error=str(e), prompt_line=self._prompt_line(shell))
             else:
-                consecutive_errors = 0
+                format_errors = 0
                 turn.command = action.command
                 if action.is_submit:
                     return ExitReason.submitted
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return ExitReason.timeout
-                try:
-                    observation = await self._execute(sandbox, shell, turn, action.command, min(cfg.command_timeout_s, remaining))
-                except HostLost:
-                    raise
-                except SandboxError as e:  # its own command broke it (killed the runner, ...): no way out of a score
-                    traj.error = f"{type(e).__name__}: {e}"
-                    return ExitReason.sandbox_broken
+                observation = await self._run_command(sandbox, shell, traj, turn, deadline)
+                if isinstance(observation, ExitReason):
+                    return observation
             turn.observation = observation
             if index == cfg.max_turns - 1:
                 break
-            suffix = self.chat.turn_suffix(ids, observation)
-            if len(traj.prompt_ids) + len(traj.response_ids) + len(suffix.ids) + cfg.min_turn_tokens > self.max_context:
+            if not self._account_observation(traj, turn, ids, observation):
                 return ExitReason.context_exceeded
-            traj.response_ids += suffix.ids
-            traj.action_mask += [0] * len(suffix.ids)
-            traj.logprobs += [0.0] * len(suffix.ids)
-            turn.n_observation_tokens = len(suffix.ids)
-            traj.messages.append({"role": "user", "content": self.chat.sanitize(observation)})
         return ExitReason.max_turns
+
+    async def _query(self, traj: Trajectory, index: int, room: int, deadline: float,
+                     seed: int | None) -> tuple[Turn, list[int]] | None:
+        """Ask the policy for turn ``index`` within ``room`` tokens; the recorded turn and its kept reply tokens, or
+        None when the trajectory's deadline passed first."""
+        cfg = self.config
+        request = GenerationRequest(
+            request_id=f"{traj.trajectory_id}#{index}",
+            prompt_ids=traj.prompt_ids + traj.response_ids,
+            max_new_tokens=min(cfg.max_new_tokens, room),
+            stop_token_ids=self.chat.stop_token_ids,
+            seed=turn_seed(seed, traj.trajectory_id, index),
+            trajectory_id=traj.trajectory_id,
+            turn=index,
+        )
+        t0 = time.monotonic()
+        try:
+            gen = await asyncio.wait_for(self.engine.generate(request), timeout=deadline - t0)
+        except asyncio.TimeoutError:
+            return None
+        return self._record_reply(traj, gen, index, time.monotonic() - t0)
+
+    def _record_reply(self, traj: Trajectory, gen: Generation, index: int, gen_s: float) -> tuple[Turn, list[int]]:
+        """Append the policy's reply to the trajectory (cut after its first command when configured so); the new
+        turn and the reply tokens kept."""
+        ids, finish, dropped = gen.token_ids, gen.finish_reason, 0
+        if self.config.end_reply_at_command:
+            keep = self.chat.command_end(ids)
+            if keep < len(ids):
+                ids, finish, dropped = ids[:keep], "stop", len(ids) - keep
+        traj.response_ids += ids
+        traj.action_mask += [1] * len(ids)
+        traj.logprobs += gen.logprobs[:len(ids)]
+        traj.exact_ids = traj.exact_ids and gen.exact_ids
+        reply = self.chat.reply_text(ids)
+        traj.messages.append({"role": "assistant", "content": reply})
+        turn = Turn(index=index, reply=reply, n_action_tokens=len(ids), finish_reason=finish, dropped_tokens=dropped,
+                    generation_s=gen_s, policy_version=gen.policy_version or self.engine.policy_version)
+        traj.turns.append(turn)
+        return turn, ids
+
+    async def _run_command(self, sandbox: Sandbox, shell: _ShellState, traj: Trajectory, turn: Turn,
+                           deadline: float) -> str | ExitReason:
+        """The observation of ``turn.command`` run in the sandbox, or why the trajectory ends instead."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return ExitReason.timeout
+        try:
+            return await self._execute(sandbox, shell, turn, turn.command, min(self.config.command_timeout_s, remaining))
+        except HostLost:
+            raise
+        except SandboxError as e:  # its own command broke it (killed the runner, ...): no way out of a score
+            traj.error = f"{type(e).__name__}: {e}"
+            return ExitReason.sandbox_broken
+
+    def _account_observation(self, traj: Trajectory, turn: Turn, ids: list[int], observation: str) -> bool:
+        """Append the observation's tokens (masked out of the loss); False when they would leave no room for a turn."""
+        suffix = self.chat.turn_suffix(ids, observation)
+        if len(traj.prompt_ids) + len(traj.response_ids) + len(suffix.ids) + self.config.min_turn_tokens > self.max_context:
+            return False
+        traj.response_ids += suffix.ids
+        traj.action_mask += [0] * len(suffix.ids)
+        traj.logprobs += [0.0] * len(suffix.ids)
+        turn.n_observation_tokens = len(suffix.ids)
+        traj.messages.append({"role": "user", "content": self.chat.sanitize(observation)})
+        return True
 
     async def _execute(self, sandbox: Sandbox, shell: _ShellState, turn: Turn, command: str, timeout: float) -> str:
         t0 = time.monotonic()

@@ -34,6 +34,8 @@ CaOpt = typer.Option(None, "--ca-cert", help="Extra CA certificate (PEM) for bui
 SkipOpt = typer.Option(False, "--skip-invalid", help="Load the valid records and report the invalid ones instead of stopping.")
 ParallelOpt = typer.Option(2, "--concurrency", "-j", min=1, max=64, help="Builds / sandboxes at once.")
 LogDirOpt = typer.Option(Path(".swerl/logs"), "--log-dir", help="Build and grading logs go here.")
+TimeoutOpt = typer.Option(None, "--timeout", min=0.001, max=86400,
+                          help="Seconds allowed for one test run (default: GradingConfig.test_timeout_s, 900).")
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -53,6 +55,13 @@ def _load(path: Path, skip_invalid: bool, split: str | None = None):
     if not task_set.tasks:
         _fail(f"no valid task in {path}")
     return task_set.tasks
+
+
+def _grading(timeout: float | None):
+    """The grading settings: GradingConfig's, with the test run's time limit when one is given."""
+    from swerl.grading.grader import GradingConfig
+
+    return GradingConfig() if timeout is None else GradingConfig(test_timeout_s=timeout)
 
 
 def _docker_ready() -> None:
@@ -134,21 +143,19 @@ def tasks_validate(
     runs: int = typer.Option(3, "--runs", min=1, max=100, help="Gold-patch runs per task (flakiness check)."),
     out: Path = typer.Option(..., "--out", help="Where the JSON report is written."),
     concurrency: int = ParallelOpt, log_dir: Path = LogDirOpt, skip_invalid: bool = SkipOpt,
-    timeout: float = typer.Option(900.0, "--timeout", help="Seconds allowed for one test run."),
+    timeout: Optional[float] = TimeoutOpt,
     cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse verdicts cached by content under "
                                "$SWERL_CACHE_DIR/validation (default ~/.cache/swerl/validation)."),
 ) -> None:
     """Grade each task's gold patch N times and its empty patch once; report invalid and flaky tasks."""
-    from swerl.grading.grader import GradingConfig
     from swerl.grading.validate import ValidationConfig, default_cache_dir, validate_tasks
 
     task_list = _load(tasks, skip_invalid)  # the input first: its error needs no daemon
     _docker_ready()
     outcomes = _build(task_list, _image_config(repos, ca_cert, concurrency, log_dir))
-    config = ValidationConfig(runs=runs, concurrency=concurrency, grading=GradingConfig(
-        run_tests_without_patch=True, log_dir=log_dir / "validate", test_timeout_s=timeout),
+    config = ValidationConfig(runs=runs, concurrency=concurrency, grading=_grading(timeout).for_run(
+        log_dir / "validate", f"validate-{uuid.uuid4().hex[:8]}", run_tests_without_patch=True),
         cache_dir=default_cache_dir() if cache else None)
-    config.grading.sandbox.run_id = f"validate-{uuid.uuid4().hex[:8]}"
     with bar("grading", len(task_list) * (runs + 1)) as advance:
         report = validate_tasks(
             task_list, {i: o.image if o.ok else None for i, o in outcomes.items()}, config,
@@ -178,10 +185,10 @@ def grade(
     concurrency: int = ParallelOpt, log_dir: Path = LogDirOpt,
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip invalid task records and bad prediction "
                                       "lines (each is still reported) instead of exiting 2."),
-    timeout: float = typer.Option(900.0, "--timeout", help="Seconds allowed for one test run."),
+    timeout: Optional[float] = TimeoutOpt,
 ) -> None:
     """Grade predictions, each in a fresh sandbox; write one result line per prediction."""
-    from swerl.grading.grader import GradingConfig, grade_many
+    from swerl.grading.grader import grade_many
     from swerl.grading.predictions import read_predictions
 
     by_id = {t.instance_id: t for t in _load(tasks, skip_invalid)}
@@ -194,8 +201,7 @@ def grade(
         console.print(f"[yellow]skipped[/] {line}")
     wanted = list({p.instance_id: by_id[p.instance_id] for p in preds}.values())
     outcomes = _build(wanted, _image_config(repos, ca_cert, concurrency, log_dir)) if wanted else {}
-    config = GradingConfig(log_dir=log_dir / "grade", test_timeout_s=timeout)
-    config.sandbox.run_id = f"grade-{uuid.uuid4().hex[:8]}"
+    config = _grading(timeout).for_run(log_dir / "grade", f"grade-{uuid.uuid4().hex[:8]}")
     jobs = [(by_id[p.instance_id], p.model_patch, outcomes[p.instance_id].image if outcomes[p.instance_id].ok else None,
              p.model_name_or_path) for p in preds]
     build_errors = {i: o.error for i, o in outcomes.items() if o.error}

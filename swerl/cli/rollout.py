@@ -13,6 +13,7 @@ from swerl.cli import CaOpt, LogDirOpt, ReposOpt, SkipOpt, TasksOpt, _docker_rea
 from swerl.cli.options import OptionGroup, config_options, field_option, validated
 from swerl.cli.progress import bar
 from swerl.envs.docker_sandbox import DockerSandboxConfig
+from swerl.grading.grader import GradingConfig
 from swerl.inference.base import SamplingConfig
 from swerl.rollout.runner import agent_sandbox
 from swerl.stages.rollout import RolloutStage, SamplerConfig
@@ -31,7 +32,9 @@ SAMPLING = OptionGroup("sampling", SamplingConfig, panel="Sampling", skip=("max_
 # the docker backend's settings over an agent's defaults; run_id is the stage's own label, kind is docker's
 SANDBOX = OptionGroup("sandbox", DockerSandboxConfig, panel="Sandbox (docker)", prefix="sandbox-", skip=("kind", "run_id"),
                       preset=agent_sandbox)
-COMPONENTS = (SAMPLER, AGENT, SAMPLING, SANDBOX)
+# the stage's --log-dir holds the grading logs; tests for an empty patch are validation's
+GRADING = OptionGroup("grading", GradingConfig, panel="Grading", skip=("log_dir", "run_tests_without_patch"))
+COMPONENTS = (SAMPLER, AGENT, SAMPLING, SANDBOX, GRADING)
 
 
 def _stage(tasks: Path, model: str, samples: int, out: Path, repos: Optional[Path], ca_cert: Optional[list[Path]],
@@ -40,7 +43,7 @@ def _stage(tasks: Path, model: str, samples: int, out: Path, repos: Optional[Pat
     """The stage the options describe; refused (exit 2) before Docker is touched when a setting or a rule is broken."""
     sandbox = {**SANDBOX.defaults(), **components["sandbox"]}
     sampler = validated(SamplerConfig, "rollout", **components["sampler"], agent=components["agent"],
-                        sampling=components["sampling"], sandbox=sandbox)
+                        sampling=components["sampling"], sandbox=sandbox, grading=components["grading"])
     stage = validated(RolloutStage, "rollout", tasks=tasks, repos=repos, ca_certs=ca_cert, model=model, samples=samples,
                       out=out, seed=seed, tokenizer=tokenizer, grade=grade, policy_version=policy_version, log_dir=log_dir,
                       skip_invalid=skip_invalid, sampler=sampler)
@@ -94,10 +97,10 @@ def rollout_cmd(
     grade: bool = typer.Option(True, "--grade/--no-grade", help="Grade every trajectory in a fresh sandbox."),
     policy_version: str = PolicyVersionOpt,
     skip_invalid: bool = SkipOpt, log_dir: Path = LogDirOpt,
-    sampler: dict = {}, agent: dict = {}, sampling: dict = {}, sandbox: dict = {},  # noqa: B006 (config_options fills them)
+    sampler: dict = {}, agent: dict = {}, sampling: dict = {}, sandbox: dict = {}, grading: dict = {},  # noqa: B006 (config_options fills them)
 ) -> None:
     """Roll the agent out on a task set: G samples per task, graded, appended to Parquet (resumable)."""
-    components = dict(sampler=sampler, agent=agent, sampling=sampling, sandbox=sandbox)
+    components = dict(sampler=sampler, agent=agent, sampling=sampling, sandbox=sandbox, grading=grading)
     summary, _ = _run(_stage(tasks, model, samples, out, repos, ca_cert, seed, tokenizer, grade, policy_version, skip_invalid,
                              log_dir, components), evaluate=False)
     raise typer.Exit(1 if summary.exit_reasons.get("error") else 0)
@@ -113,10 +116,10 @@ def eval_cmd(
     tokenizer: Optional[str] = TokenizerOpt,
     policy_version: str = PolicyVersionOpt,
     skip_invalid: bool = SkipOpt, log_dir: Path = LogDirOpt,
-    sampler: dict = {}, agent: dict = {}, sampling: dict = {}, sandbox: dict = {},  # noqa: B006 (config_options fills them)
+    sampler: dict = {}, agent: dict = {}, sampling: dict = {}, sandbox: dict = {}, grading: dict = {},  # noqa: B006 (config_options fills them)
 ) -> None:
     """Pass@1 as the mean over k runs with its standard error, and unbiased Pass@k; writes eval.json."""
-    components = dict(sampler=sampler, agent=agent, sampling=sampling, sandbox=sandbox)
+    components = dict(sampler=sampler, agent=agent, sampling=sampling, sandbox=sandbox, grading=grading)
     _, report = _run(_stage(tasks, model, runs, out, repos, ca_cert, seed, tokenizer, True, policy_version, skip_invalid,
                             log_dir, components), evaluate=True)
     ks = ", ".join(f"Pass@{k} {v:.1%}" for k, v in report.pass_at_k.items())

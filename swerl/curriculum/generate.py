@@ -39,7 +39,7 @@ from swerl.curriculum.templates import templates_for
 
 # Reused as is: the demo's deterministic two-commit repositories (it only needs the task
 # attributes that _MirrorTask provides) and its SWE-bench field order.
-from swerl.demo.materialize import _RECORD_ORDER, _ensure_repository
+from swerl.demo.materialize import RECORD_ORDER, ensure_repository
 
 _MAX_DRAWS = 100  # attempts per task before giving up on a (kind, template) pair
 _CREATED_AT = datetime(2026, 2, 1, tzinfo=timezone.utc)
@@ -183,7 +183,7 @@ def _mirror(task: GeneratedTask, owner: str, scratch: Path, repos_dir: Path) -> 
     title = task.problem_statement.splitlines()[0].strip()
     mirror = _MirrorTask(task.package, f"{owner}__{task.package}", directory, title, task.gold_patch, task.test_patch)
     try:
-        return _ensure_repository(mirror, repos_dir)
+        return ensure_repository(mirror, repos_dir)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -203,7 +203,7 @@ def _record(task: GeneratedTask, owner: str, base_commit: str, created_at: datet
         "PASS_TO_PASS": task.pass_to_pass,
         "install_config": dict(_INSTALL_CONFIG),
     }
-    return {key: values[key] for key in _RECORD_ORDER}
+    return {key: values[key] for key in RECORD_ORDER}
 
 
 def _remove_stale(repos_dir: Path, owner: str, keep: set[str]) -> None:

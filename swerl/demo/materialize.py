@@ -70,7 +70,7 @@ _JUNK_SUFFIXES = (".pyc", ".pyo", ".orig", ".rej", "~")
 _JUNK_FILES = frozenset({".DS_Store", "Thumbs.db"})
 
 # The SWE-bench field order of a tasks.jsonl record; task.json keys not listed follow.
-_RECORD_ORDER = (
+RECORD_ORDER = (
     "instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement",
     "hints_text", "created_at", "version", "FAIL_TO_PASS", "PASS_TO_PASS", "install_config",
 )  # fmt: skip
@@ -139,7 +139,7 @@ def materialize_demo(dest: Path, slugs: list[str] | None = None) -> DemoSet:
     records = []
     for slug in wanted:
         task = _load_task(slug)
-        base_commit = _ensure_repository(task, repos_dir)
+        base_commit = ensure_repository(task, repos_dir)
         records.append(_record(task, base_commit))
 
     tasks_file = dest / "tasks.jsonl"
@@ -183,7 +183,7 @@ def _load_task(slug: str) -> _DemoTask:
 
 def _record(task: _DemoTask, base_commit: str) -> dict[str, Any]:
     values = dict(task.fields, base_commit=base_commit, patch=task.gold_patch, test_patch=task.test_patch)
-    record = {key: values.pop(key) for key in _RECORD_ORDER if key in values}
+    record = {key: values.pop(key) for key in RECORD_ORDER if key in values}
     record.update(values)
     return record
 
@@ -239,7 +239,7 @@ def _git(slug: str, cwd: Path, *args: str, stdin: str | None = None, date: str |
 # ---------------------------------------------------------------------------- building
 
 
-def _ensure_repository(task: _DemoTask, repos_dir: Path) -> str:
+def ensure_repository(task: _DemoTask, repos_dir: Path) -> str:
     """Make ``repos_dir/<mirror>`` hold the task's expected history; return base_commit."""
     target = repos_dir / task.mirror_name
     staging = Path(tempfile.mkdtemp(prefix=f".{task.mirror_name}.", suffix=".tmp", dir=repos_dir))

@@ -20,7 +20,7 @@ from swerl.envs import labels
 from swerl.envs.base_image import BaseImageConfig, base_tag, ensure_base_image
 from swerl.envs.docker_build import build_image
 from swerl.envs.images import (
-    CA_BUNDLE_LINES, UPGRADE_INSTALLERS, ImageConfig, _ca_blob, _digest, _exists, build_log_path, tag_name,
+    CA_BUNDLE_LINES, UPGRADE_INSTALLERS, ImageConfig, ca_blob, content_digest, image_exists, build_log_path, tag_name,
 )
 from swerl.envs.repos import export_testbed, repo_source
 
@@ -89,13 +89,13 @@ def _env_files(ca: bytes) -> dict[str, bytes]:
 
 def swebench_env_tag(python: str, ca: bytes, base: BaseImageConfig | None = None) -> str:
     base_image = base_tag(python, base or BaseImageConfig())
-    digest = _digest(RECIPE_VERSION, env_dockerfile(base_image), ACTIVATE_SCRIPT, CONDA_COMMAND,
+    digest = content_digest(RECIPE_VERSION, env_dockerfile(base_image), ACTIVATE_SCRIPT, CONDA_COMMAND,
                      hashlib.sha256(ca).hexdigest())
     return f"{SWEBENCH_ENV_REPO}:py{python}-{digest[:16]}"
 
 
 def swebench_instance_tag(task: Task, env_tag: str) -> str:
-    digest = _digest(RECIPE_VERSION, instance_dockerfile(task, env_tag), task.repo, task.base_commit)
+    digest = content_digest(RECIPE_VERSION, instance_dockerfile(task, env_tag), task.repo, task.base_commit)
     return f"{SWEBENCH_REPO}:{tag_name(task.instance_id)}-{digest[:12]}"
 
 
@@ -103,9 +103,9 @@ def ensure_swebench_env_image(python: str, *, log_dir: Path, ca_certs: Sequence[
                               base: BaseImageConfig | None = None, force: bool = False) -> str:
     """The shared conda-layout layer for ``python``: built once, then found by its content-hash tag."""
     base = base or BaseImageConfig()
-    ca = _ca_blob(ImageConfig(extra_ca_certs=list(ca_certs) if ca_certs is not None else None))
+    ca = ca_blob(ImageConfig(extra_ca_certs=list(ca_certs) if ca_certs is not None else None))
     tag = swebench_env_tag(python, ca, base)
-    if _exists(tag) and not force:
+    if image_exists(tag) and not force:
         return tag
     base_image = ensure_base_image(python, base, build_log_path(log_dir, base_tag(python, base)))
     build_image(
@@ -118,7 +118,7 @@ def ensure_swebench_env_image(python: str, *, log_dir: Path, ca_certs: Sequence[
 def ensure_swebench_instance_image(task: Task, repos_dir: Path, env_tag: str, log_dir: Path, force: bool) -> str:
     """``task``'s image over the layer ``env_tag``: built once, then found by its content-hash tag."""
     tag = swebench_instance_tag(task, env_tag)
-    if _exists(tag) and not force:
+    if image_exists(tag) and not force:
         return tag
     with tempfile.TemporaryDirectory(prefix="swerl-ctx-") as ctx:
         export_testbed(repo_source(Path(repos_dir)).locate(task.repo), task.base_commit, Path(ctx) / "testbed")

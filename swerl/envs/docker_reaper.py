@@ -25,7 +25,7 @@ from swerl.envs.docker_client import docker_client
 log = logging.getLogger(__name__)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
         return True
@@ -56,7 +56,7 @@ def reap_containers(*, run_id: str | None = None, everything: bool = False, host
     scope = [f"{labels.MANAGED}=1"] + ([f"{labels.RUN_ID}={within_run}"] if within_run else [])
     for c in _listed_everywhere({"label": scope}, hosts):
         lbl = c.attrs.get("Labels") or {}
-        dead_owner = lbl.get(labels.OWNER_HOST) == host and not _pid_alive(int(lbl.get(labels.OWNER_PID, "0") or 0))
+        dead_owner = lbl.get(labels.OWNER_HOST) == host and not pid_alive(int(lbl.get(labels.OWNER_PID, "0") or 0))
         expired = float(lbl.get(labels.EXPIRES_AT, "inf")) < now
         ours = run_id is not None and lbl.get(labels.RUN_ID) == run_id
         if everything or dead_owner or expired or ours:

@@ -62,11 +62,11 @@ class ImageConfig(BaseModel):
         return list(self.extra_ca_certs)
 
 
-def _digest(*parts: object) -> str:
+def content_digest(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _ca_blob(config: ImageConfig) -> bytes:
+def ca_blob(config: ImageConfig) -> bytes:
     blobs = []
     for path in config.ca_certs():
         if not path.is_file():
@@ -86,7 +86,7 @@ class EnvSpec:
 
     @property
     def tag(self) -> str:
-        return f"{ENV_REPO}:py{self.python}-{_digest(self.python, self.pip_packages, self.pre_install, self.ca_hash)}"
+        return f"{ENV_REPO}:py{self.python}-{content_digest(self.python, self.pip_packages, self.pre_install, self.ca_hash)}"
 
 
 def env_spec(task: Task, ca: bytes) -> EnvSpec:
@@ -117,7 +117,7 @@ def env_dockerfile(spec: EnvSpec, base: str) -> str:
 
 def instance_tag(task: Task, env_tag: str) -> str:
     cfg = task.install_config
-    digest = _digest(env_tag, task.repo, task.base_commit, cfg.install, cfg.reqs_path, cfg.packages)
+    digest = content_digest(env_tag, task.repo, task.base_commit, cfg.install, cfg.reqs_path, cfg.packages)
     return f"{INSTANCE_REPO}:{tag_name(task.instance_id)}-{digest[:12]}"
 
 
@@ -160,7 +160,7 @@ class BuildOutcome(BaseModel):
         return self.error is None
 
 
-def _exists(tag: str) -> bool:
+def image_exists(tag: str) -> bool:
     try:
         docker_client().images.get(tag)
         return True
@@ -173,7 +173,7 @@ class ImageBuilder:
 
     def __init__(self, config: ImageConfig):
         self.config = config
-        self._ca = _ca_blob(config)
+        self._ca = ca_blob(config)
 
     def planned_tag(self, task: Task) -> str:
         """The instance image a task will use, without building anything."""
@@ -229,7 +229,7 @@ class ImageBuilder:
         image = task.prebuilt_image or ""
         field = "image" if task.image else "docker_image"
         try:
-            if not _exists(image):
+            if not image_exists(image):
                 repo, _, tag = image.rpartition(":") if ":" in image.split("/")[-1] else (image, "", "latest")
                 docker_client().images.pull(repo, tag=tag or "latest")
             return BuildOutcome(instance_id=task.instance_id, image=image, image_id=docker_client().images.get(image).id, cached=True)
@@ -241,7 +241,7 @@ class ImageBuilder:
             )
 
     def _ensure_env(self, spec: EnvSpec) -> str:
-        if _exists(spec.tag) and not self.config.force:
+        if image_exists(spec.tag) and not self.config.force:
             return spec.tag
         log = self._log_path(spec.tag)
         base = ensure_base_image(spec.python, self.config.base, self._log_path(base_tag(spec.python, self.config.base)))
@@ -259,7 +259,7 @@ class ImageBuilder:
             base_image=base_tag(spec.python, self.config.base), log_path=str(log),
         )
         try:
-            if _exists(tag) and not self.config.force:
+            if image_exists(tag) and not self.config.force:
                 outcome.cached = True
             else:
                 source = repo_source(self.config.repos_dir, github=self.config.github)

@@ -24,7 +24,7 @@ from typing import Any
 
 from swerl.envs import labels
 from swerl.envs.configs_in import configs_in
-from swerl.envs.docker_reaper import _pid_alive
+from swerl.envs.docker_reaper import pid_alive
 from swerl.envs.container_files import (PYTHON_PROBE, ContainerSandboxPaths, activation_spec, found_python,
                                        probed_activation, runner_source, tar_of)
 from swerl.envs.docker_sandbox import HOST_GRACE_S, RUNNER
@@ -251,7 +251,7 @@ def reap_pods(config: KubernetesSandboxConfig, *, run_id: str | None = None, eve
         for pod in pods.items:
             lbl = pod.metadata.labels or {}
             owner = lbl.get(labels.OWNER_PID, "0")
-            dead_owner = lbl.get(labels.OWNER_HOST) == host and owner.isdigit() and not _pid_alive(int(owner))
+            dead_owner = lbl.get(labels.OWNER_HOST) == host and owner.isdigit() and not pid_alive(int(owner))
             expired = float(lbl.get(labels.EXPIRES_AT, "inf")) < now
             ours = run_id is not None and lbl.get(labels.RUN_ID) == label_value(run_id)
             if (everything or dead_owner or expired or ours) and delete_pod(config, core, pod.metadata.name):

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from docker.errors import DockerException
 from pydantic import BaseModel, Field
@@ -69,6 +70,12 @@ class GradingConfig(BaseModel):
                                  "final newline, hunk counts that disagree with their bodies), recorded on the result; "
                                  "off, a patch swebench cannot apply is apply_failed, as the official harness grades it.")
     test_uid: int = Field(54321, ge=1000, le=2**31 - 2, description="The unprivileged user's id in the sandbox.")
+
+    def for_run(self, log_dir: Path, run_id: str, **changes: Any) -> GradingConfig:
+        """A copy for one run: logs under ``log_dir`` (unless a log folder is set), sandboxes labelled ``run_id``."""
+        config = self.model_copy(update={"log_dir": self.log_dir or log_dir, **changes}, deep=True)
+        config.sandbox.run_id = run_id
+        return config
 
 
 def _safe(name: str) -> str:

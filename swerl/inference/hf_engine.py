@@ -48,13 +48,13 @@ class _Slot:
     started: float = field(default_factory=time.perf_counter)
 
 
-def _resolve_device(name: str) -> torch.device:
+def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
 
 
-def _resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.float32 if device.type == "cpu" else torch.bfloat16
     return getattr(torch, name)
@@ -88,8 +88,8 @@ class HFEngine:
         self.config = config
         self.sampling = sampling or SamplingConfig()  # read as each request comes: replacing it changes later requests
         self.model_path = config.model  # the last checkpoint loaded, after load_weights
-        self.device = _resolve_device(self.config.device)
-        self.dtype = _resolve_dtype(self.config.dtype, self.device)
+        self.device = resolve_device(self.config.device)
+        self.dtype = resolve_dtype(self.config.dtype, self.device)
         try:
             self.model = AutoModelForCausalLM.from_pretrained(
                 self.model_path, dtype=self.dtype, attn_implementation=self.config.attn_implementation

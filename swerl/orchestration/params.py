@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from swerl.curriculum.config import CurriculumConfig
+from swerl.grading.grader import GradingConfig
 from swerl.models.tiny import TinyModelConfig
 from swerl.orchestration.fanout import FanOutParams
 from swerl.rl.rewards import check_turn_window
@@ -239,6 +240,7 @@ class GradeParams(FanOutParams):
     out: Path = Field(description="Results JSONL: one line per prediction.")
     chunk_size: int = Field(50, ge=1, le=100_000, description="Predictions per grading task run.")
     concurrency: int = Field(2, ge=1, le=256, description="Sandboxes at once per chunk.")
-    test_timeout_s: float = Field(900.0, gt=0, le=86400, description="Seconds allowed for one test run.")
+    grading: GradingConfig = Field(default_factory=GradingConfig, description="How each prediction is graded: the "
+                                   "tests' time limit, canaries, test user, tripwire, the sandboxes' limits.")
     skip_invalid: bool = Field(False, description="Grade the valid predictions and only report bad lines (missing "
                                "instance_id or model_patch, unknown instance); otherwise the run fails after grading them.")

@@ -22,10 +22,11 @@ from swerl.data.task import Task
 from swerl.envs.docker_hosts import on_agents_pool
 from swerl.envs.factory import SandboxConfig, environment_kind
 from swerl.eval.report import EvalReport, build_report
+from swerl.grading.grader import GradingConfig
 from swerl.inference.base import SamplingConfig
 from swerl.inference.config import (EngineConfig, EngineKind, HFEngineConfig, OpenAIEngineConfig, ScriptedEngineConfig, VLLMEngineConfig,
                                    VLLMServeConfig)
-from swerl.rollout.runner import RolloutSummary, agent_sandbox
+from swerl.rollout.runner import RolloutConfig, RolloutSummary, agent_sandbox
 from swerl.rollout.store import TrajectoryStore
 from swerl.stages.errors import InfraFailureRate, StageInputError
 from swerl.stages.images import ImagesStage, build_outcomes, image_config, load_task_file
@@ -70,6 +71,9 @@ class SamplerConfig(BaseModel):
     host_lost_retries: int = Field(1, ge=0, le=10, description="Runs again, within the stage, of a pair whose sandbox's "
                                    "host was lost (a pool's Docker host died): a fresh sandbox on a live host. 0: left "
                                    "infra_error, for a rerun.")
+    grading: GradingConfig = Field(default_factory=GradingConfig, description="How each trajectory's patch is graded: "
+                                   "the tests' time limit, canaries, test user, tripwire, the grading sandboxes' limits "
+                                   "(log_dir None: the stage's LOG_DIR/grading). Validation grades the gold patches so too.")
     grade_cache: Path | None = Field(None, description="A folder of grading verdicts shared by every stage that names it, "
                                      "keyed by task record, image, patch and grading settings: a patch graded once is not "
                                      "graded again (a pipeline uses RUN_DIR/grades). None: shared within a stage only.")
@@ -145,11 +149,10 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
     ``on_start(n)`` is called with the number of trajectories this call will produce.
     """
     from swerl.agent.chat_format import ChatFormat, ChatTemplateError
-    from swerl.grading.grader import GradingConfig
     from swerl.inference.base import EngineError
     from swerl.inference.factory import load_tokenizer, make_engine
     from swerl.inference.scripted import demonstrations
-    from swerl.rollout.runner import RolloutConfig, rollout
+    from swerl.rollout.runner import rollout
 
     tasks = stage_tasks(stage)
     sampler = stage.sampler
@@ -170,16 +173,7 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
                              scripts=scripts)
     except EngineError as e:
         raise StageInputError(str(e)) from e
-    config = RolloutConfig(
-        samples=stage.samples, concurrency=sampler.concurrency, seed=stage.seed, grade=stage.grade, model_name=stage.model,
-        host_lost_retries=sampler.host_lost_retries, grade_cache=sampler.grade_cache,
-        agent=sampler.agent, grading=GradingConfig(log_dir=stage.log_dir / "grading"),
-        sandbox=sampler.sandbox.model_copy(deep=True),  # labelled below; the stage's own config stays as given
-    )
-    config.grading.sandbox = on_agents_pool(sampler.sandbox, config.grading.sandbox)  # a pool grades on its hosts too
-    if stage.run_id:
-        config.sandbox.run_id = stage.run_id
-        config.grading.sandbox.run_id = stage.run_id
+    config = rollout_config(stage)
     try:
         if reloads_checkpoint(stage):  # one server for every stage: it must sample from this stage's policy
             engine.ensure_policy(stage.model, stage.policy_version)  # EngineError fails the stage: no stale sampling
@@ -190,6 +184,22 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
     (stage.out / "summary.json").write_text(summary.model_dump_json(indent=2))
     check_infra_failures(TrajectoryStore(store_dir), tasks, stage.samples, sampler.max_infra_failure_rate)
     return RolloutResult(summary=summary, store=store_dir, tasks=[t.instance_id for t in tasks])
+
+
+def rollout_config(stage: RolloutStage) -> RolloutConfig:
+    """The runner's settings for ``stage``: its sampler's, with the stage's grading logs and run label."""
+    sampler = stage.sampler
+    grading = sampler.grading.model_copy(update={"log_dir": sampler.grading.log_dir or stage.log_dir / "grading"}, deep=True)
+    config = RolloutConfig(
+        samples=stage.samples, concurrency=sampler.concurrency, seed=stage.seed, grade=stage.grade, model_name=stage.model,
+        host_lost_retries=sampler.host_lost_retries, grade_cache=sampler.grade_cache, agent=sampler.agent, grading=grading,
+        sandbox=sampler.sandbox.model_copy(deep=True),  # labelled below; the stage's own config stays as given
+    )
+    config.grading.sandbox = on_agents_pool(sampler.sandbox, config.grading.sandbox)  # a pool grades on its hosts too
+    if stage.run_id:
+        config.sandbox.run_id = stage.run_id
+        config.grading.sandbox.run_id = stage.run_id
+    return config
 
 
 def engine_config(stage: RolloutStage) -> EngineConfig:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from swerl.inference.hf_engine import _resolve_device as resolve_device  # noqa: F401  the engines' rule, re-exported
-from swerl.inference.hf_engine import _resolve_dtype as compute_dtype  # noqa: F401  fp32 on CPU, bf16 on GPU
+from swerl.inference.hf_engine import resolve_device  # noqa: F401  the engines' rule, re-exported
+from swerl.inference.hf_engine import resolve_dtype as compute_dtype  # noqa: F401  fp32 on CPU, bf16 on GPU
 from swerl.inference.hf_engine import sdpa_without_cudnn
 from swerl.rl.batching import pack_microbatches
 from swerl.rl.logprobs import sequence_action_logprobs

@@ -19,7 +19,11 @@ def variant(repo: Path, commit: str, gold: str, edit: dict, tmp: Path) -> str:
     for path, change in edit.items():
         target = work / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(change(target.read_text() if target.exists() else "") if callable(change) else change)
+        before = target.read_text() if target.exists() else None
+        after = change(before or "") if callable(change) else change
+        if after == before:  # an anchor that moved: the variant would silently be the gold patch
+            raise ValueError(f"the edit of {path} changes nothing")
+        target.write_text(after)
     subprocess.run(["git", "add", "-A"], cwd=work, check=True)
     return subprocess.run(["git", "diff", "--cached", commit], cwd=work, check=True, capture_output=True, text=True).stdout
 

@@ -86,6 +86,7 @@ class Package:
     problem_statement: str
     # the image's install; a mirror has no tags (none reach a sandbox), so a setuptools-scm version is given
     install: str = "pip install -e ."
+    reinstall: bool = False  # its eval script re-runs the install once the prediction is in, as SWE-bench's do
 
     @property
     def slug(self) -> str:
@@ -338,6 +339,7 @@ TRIO = Package(
         passes, though the block holds no checkpoint. It should raise
         `AssertionError: assert_checkpoints block did not yield!` unless both happened.
         """),
+    reinstall=True,
 )
 
 PYTEST = Package(
@@ -388,6 +390,7 @@ PYTEST = Package(
         """),
     # its pyproject.toml says `minversion = "2.0"`, which a version from the tagless mirror (0.1.dev1) fails
     install="SETUPTOOLS_SCM_PRETEND_VERSION=8.3.3 pip install -e .",
+    reinstall=True,
 )
 
 PLUGGY = Package(
@@ -434,8 +437,9 @@ PLUGGY = Package(
 PACKAGES = (MORE_ITERTOOLS, TOOLZ, IDNA)
 # the shapes SWE-bench has that the three above lack: a pytest plugin whose own tests run pytest in pytest, and
 # a bug inside a library's own `testing` package (src layout, async tests run by the library's pytest plugin)
-SHAPE_SPECS = (TaskSpec(PYTEST_MOCK, "3.11"), TaskSpec(TRIO, "3.11"), TaskSpec(PYTEST, "3.11"),
-               TaskSpec(PLUGGY, "3.11"))
+SHAPE_SPECS = (TaskSpec(PYTEST_MOCK, "3.11"), TaskSpec(TRIO, "3.11"))
+# repositories that are the test runner: pytest itself, and the hook caller pytest runs every hook through
+RUNNER_SPECS = (TaskSpec(PYTEST, "3.11"), TaskSpec(PLUGGY, "3.11"))
 # the pyproject.toml-only package installed editable on 3.9; toolz on both Pythons
 TASK_SPECS = (
     TaskSpec(IDNA, "3.9"),

@@ -67,3 +67,47 @@ def test_agent_config_bounds():
     with pytest.raises(ValueError):
         AgentConfig(max_turns=0)
     assert AgentConfig().max_turns == 40
+
+
+def _agent_and_trajectory(tok, chat, **config):
+    from swerl.agent.loop import Agent
+    from swerl.agent.trajectory import ExitReason, Trajectory
+    from swerl.inference.scripted import ScriptedEngine
+
+    agent = Agent(ScriptedEngine(tok, {}), chat, AgentConfig(**config))
+    traj = Trajectory(instance_id="t", sample_index=0, trajectory_id="t/0", policy_version="7",
+                      prompt_ids=[1, 2, 3], exit_reason=ExitReason.max_turns)
+    return agent, traj
+
+
+def test_a_reply_is_recorded_cut_after_its_first_command_and_its_tokens_accounted(tok, chat):
+    from swerl.inference.base import Generation
+
+    agent, traj = _agent_and_trajectory(tok, chat, end_reply_at_command=True)
+    whole = "Look.\n```\nls\n```\nThen.\n```\npwd\n```"
+    ids = tok(whole, add_special_tokens=False)["input_ids"]
+    turn, kept = agent._record_reply(traj, Generation("t/0#0", ids, [-0.5] * len(ids), "length", "8"), 0, 1.5)
+    assert chat.reply_text(kept).startswith("Look.\n```\nls\n```") and "pwd" not in chat.reply_text(kept)
+    assert (turn.index, turn.finish_reason, turn.dropped_tokens, turn.n_action_tokens) == (
+        0, "stop", len(ids) - len(kept), len(kept))
+    assert (turn.reply, turn.generation_s, turn.policy_version) == (chat.reply_text(kept), 1.5, "8")
+    assert (traj.response_ids, traj.action_mask, traj.logprobs) == (kept, [1] * len(kept), [-0.5] * len(kept))
+    assert traj.turns == [turn] and traj.messages == [{"role": "assistant", "content": turn.reply}]
+
+
+def test_an_observation_is_appended_masked_out_or_refused_when_no_turn_would_fit(tok, chat):
+    from swerl.inference.base import Generation
+
+    agent, traj = _agent_and_trajectory(tok, chat)
+    ids = tok("Run.\n```\nls\n```", add_special_tokens=False)["input_ids"]
+    turn, kept = agent._record_reply(traj, Generation("t/0#0", ids, [0.0] * len(ids), "stop"), 0, 0.0)
+    before = len(traj.response_ids)
+    assert agent._account_observation(traj, turn, kept, "a.py\nb.py") is True
+    added = len(traj.response_ids) - before
+    assert added == turn.n_observation_tokens > 0
+    assert traj.action_mask[before:] == [0] * added and traj.logprobs[before:] == [0.0] * added
+    assert traj.messages[-1] == {"role": "user", "content": "a.py\nb.py"}
+    # a context that the observation would leave too small for another turn: refused, nothing appended
+    agent.max_context = len(traj.prompt_ids) + len(traj.response_ids) + agent.config.min_turn_tokens
+    length = len(traj.response_ids)
+    assert agent._account_observation(traj, turn, kept, "more output") is False and len(traj.response_ids) == length

@@ -15,7 +15,8 @@ from swerl.rl.rewards import RewardConfig
 
 # fields one flag cannot carry, or that another option sets (why: swerl/cli/rollout.py)
 NOT_OPTIONS = {
-    "sampler": {"agent", "sampling", "sandbox", "serve"},  # their own groups; serve is the pipeline's (a stage takes --base-url)
+    "sampler": {"agent", "sampling", "sandbox", "serve", "grading"},  # their own groups; serve is the pipeline's (a stage takes --base-url)
+    "grading": {"log_dir", "run_tests_without_patch", "sandbox", "protected"},  # the stage's --log-dir; validation's; nested
     "agent": set(),
     "sampling": {"max_new_tokens", "seed"},  # agent.max_new_tokens and the stage's --seed
     "sandbox": {"kind", "run_id"},
@@ -65,7 +66,8 @@ def test_the_components_flags_are_the_field_names():
 @pytest.mark.parametrize("group", cli_rollout.COMPONENTS, ids=lambda g: g.name)
 def test_a_value_out_of_bounds_is_refused_naming_the_field_before_docker(group, tmp_path, monkeypatch):
     monkeypatch.setattr(cli_rollout, "_docker_ready", lambda: pytest.fail("Docker was asked before the settings were checked"))
-    where = {"sampler": "", "agent": "agent.", "sampling": "sampling.", "sandbox": "sandbox.docker."}[group.name]
+    where = {"sampler": "", "agent": "agent.", "sampling": "sampling.", "sandbox": "sandbox.docker.",
+             "grading": "grading."}[group.name]
     checked = 0
     for name in group.fields():
         for bound, value in _out_of_bounds(group.model.model_fields[name]):
@@ -75,7 +77,7 @@ def test_a_value_out_of_bounds_is_refused_naming_the_field_before_docker(group, 
             said = " ".join(result.output.split())
             assert said.startswith(f"error: invalid rollout settings: {where}{name}: Input should be "), said
             checked += 1
-    assert checked >= {"sampler": 3, "agent": 7, "sampling": 5, "sandbox": 3}[group.name]  # every bounded field was tried
+    assert checked >= {"sampler": 3, "agent": 7, "sampling": 5, "sandbox": 3, "grading": 5}[group.name]  # every bounded field was tried
     assert not (tmp_path / "out").exists()
 
 
