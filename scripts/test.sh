@@ -12,8 +12,9 @@ fi
 export DO_NOT_TRACK=1 SWERL_REQUIRE_DOCKER=1
 # DeepSpeed compiles a small CPU op on first use (~1-2 min); keep it where later runs find it
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$HOME/.cache/swerl/torch_extensions}
-# Two workers, each taking whole test files (a module's fixtures, its servers and namespaces, stay in
+# Three workers, each taking whole test files (a module's fixtures, its servers and namespaces, stay in
 # one process; tests share the daemon and check only what they made). The Docker, flow and
-# conformance tests wait on daemons and servers a third of the time on one worker: on 2 cores,
-# 35 min alone, 25 min on two. SWERL_TEST_WORKERS=0 runs everything in this process.
-exec .venv/bin/python -m pytest tests -n "${SWERL_TEST_WORKERS:-2}" --dist loadfile "$@"
+# conformance tests wait on daemons, servers and containers much of the time, so on 2 cores a third
+# worker still gains: 1474 tests took 30.7 min of pytest on three, 38.4 on two (2026-11-29, --durations
+# in both). SWERL_TEST_WORKERS=0 runs everything in this process.
+exec .venv/bin/python -m pytest tests -n "${SWERL_TEST_WORKERS:-3}" --dist loadfile "$@"
