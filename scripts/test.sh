@@ -15,6 +15,6 @@ export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$HOME/.cache/swerl/torch_ext
 # Three workers, each taking whole test files (a module's fixtures, its servers and namespaces, stay in
 # one process; tests share the daemon and check only what they made). The Docker, flow and
 # conformance tests wait on daemons, servers and containers much of the time, so on 2 cores a third
-# worker still gains: 1474 tests took 30.7 min of pytest on three, 38.4 on two (2026-11-29, --durations
-# in both). SWERL_TEST_WORKERS=0 runs everything in this process.
+# worker still gains: 1474-1478 tests took 30.7 and 35.2 min of pytest on three, 38.4 on two (2026-11-29;
+# runs vary by minutes here). SWERL_TEST_WORKERS=0 runs everything in this process.
 exec .venv/bin/python -m pytest tests -n "${SWERL_TEST_WORKERS:-3}" --dist loadfile "$@"
