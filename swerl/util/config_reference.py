@@ -7,6 +7,7 @@ Prefect form (and so the CLI and the YAML) reaches, each field with its type, de
 from __future__ import annotations
 
 import enum
+import types
 import typing
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def type_text(annotation: object) -> str:
         return type_text(args[0])
     if origin is typing.Literal:
         return " \\| ".join(f"`{a}`" for a in args)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         return " \\| ".join(type_text(a) for a in args)
     if origin is not None:
         name = getattr(origin, "__name__", str(origin))

@@ -29,6 +29,8 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from swerl.util.config_reference import models_in
+
 CONFIG_NAME = re.compile(r"(Config|Params|Stage|Common|Settings|Objective)$")
 PACKAGES = ("swerl", "flows")
 
@@ -215,13 +217,6 @@ def _type_text(tp: Any) -> str:
     return re.sub(r"\b(typing|pathlib|swerl(\.\w+)*)\.", "", str(tp) if typing.get_origin(tp) else getattr(tp, "__name__", str(tp)))
 
 
-def _models_in(tp: Any) -> set[type[BaseModel]]:
-    """The config models an annotation names, through unions, containers and Annotated."""
-    if inspect.isclass(tp) and issubclass(tp, BaseModel):
-        return {tp}
-    return set().union(*(_models_in(a) for a in typing.get_args(tp))) if typing.get_args(tp) else set()
-
-
 def _bounds(field) -> dict[str, Any]:
     out = {}
     for meta in field.metadata:
@@ -276,7 +271,7 @@ def declarations(models: dict[str, type[BaseModel]]) -> dict[str, list[Declarati
     by_name: dict[str, list[Declaration]] = defaultdict(list)
     for model_name, cls in sorted(models.items()):
         for name, field in cls.model_fields.items():
-            held = _models_in(field.annotation)
+            held = set(models_in(field.annotation))
             # a nested model is a reference to its one declaration: `X` and `X | None` (None: inherit) name the same
             kind = frozenset(held) if held else _type_key(field.annotation)
             by_name[name].append(Declaration(model_name, kind, _type_text(field.annotation),
@@ -286,7 +281,7 @@ def declarations(models: dict[str, type[BaseModel]]) -> dict[str, list[Declarati
 
 def nested(models: dict[str, type[BaseModel]]) -> dict[str, set[str]]:
     """Model -> every config model it holds as a field, at any depth."""
-    direct = {name: {m.__name__ for f in cls.model_fields.values() for m in _models_in(f.annotation)}
+    direct = {name: {m.__name__ for f in cls.model_fields.values() for m in models_in(f.annotation)}
               for name, cls in models.items()}
     reach: dict[str, set[str]] = {}
     for name in models:

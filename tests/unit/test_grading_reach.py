@@ -3,37 +3,18 @@ rollouts and its task validation, a standalone rollout or evaluation, and ``swer
 
 from __future__ import annotations
 
-import typing
 from pathlib import Path
-
-from pydantic import BaseModel
 
 from flows.rollout import rollout_stage
 from swerl.grading.grader import GradingConfig
 from swerl.orchestration.params import EvaluateParams, GradeParams, PipelineParams, RolloutParams
 from swerl.stages.rollout import rollout_config
-
-
-def nested_models(model: type[BaseModel], seen: set[type] | None = None) -> set[type]:
-    """Every pydantic model reachable through ``model``'s fields (inside Optional, list and union too)."""
-    seen = set() if seen is None else seen
-
-    def visit(annotation) -> None:
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            if annotation not in seen:
-                seen.add(annotation)
-                nested_models(annotation, seen)
-        for arg in typing.get_args(annotation):
-            visit(arg)
-
-    for field in model.model_fields.values():
-        visit(field.annotation)
-    return seen
+from swerl.util.config_reference import reachable
 
 
 def test_every_form_that_grades_nests_the_grader_s_own_settings():
     for params in (PipelineParams, EvaluateParams, RolloutParams, GradeParams):
-        assert GradingConfig in nested_models(params), params.__name__
+        assert GradingConfig in reachable([params]), params.__name__
     # and declares none of its fields again: a limit set in one place is the limit
     assert "test_timeout_s" not in GradeParams.model_fields
 
