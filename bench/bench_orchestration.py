@@ -44,7 +44,7 @@ def main() -> None:
     from prefect.testing.utilities import prefect_test_harness
 
     from swerl.demo import materialize_demo
-    from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingParams,
+    from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingConfig,
                                             TrainParams)
 
     demo = materialize_demo(work / "demo")
@@ -58,7 +58,7 @@ def main() -> None:
                       train=TrainParams(epochs=1, batch_size=args.tasks, optimizer={"lr": 1e-3, "warmup_steps": 0, "lr_schedule": "cosine"})),
         dapo=DAPOParams(iterations=args.iterations, samples=2, reward={"l_thr": 1, "t_max": 5},
                         train=TrainParams(batch_size=2 * args.tasks, optimizer={"lr": 1e-4, "lr_schedule": "constant"})),
-        eval=EvalParams(runs=1), tracking=TrackingParams(tracking_uri=f"sqlite:///{work / 'mlflow.db'}"))
+        eval=EvalParams(runs=1), tracking=TrackingConfig(tracking_uri=f"sqlite:///{work / 'mlflow.db'}"))
     with prefect_test_harness(server_startup_timeout=90):
         from flows.pipeline import pipeline
 

@@ -44,14 +44,12 @@ def _tracker_of(flow_run: Any) -> Any | None:
     """The Tracker of the flow run's ``tracking`` (or ``params.tracking``) parameter, or of the default
     every flow uses when it is not given (a deployment's, the UI's, a schedule's parameters never carry
     it); None when its SQLite database does not exist (nothing was logged there)."""
-    from swerl.orchestration.params import TrackingParams
     from swerl.tracking import Tracker, TrackingConfig
     from swerl.tracking.config import sqlite_path
 
     params = getattr(flow_run, "parameters", None) or {}
-    tracking = params.get("tracking") or _field(params.get("params") or {}, "tracking") or TrackingParams()
-    fields = TrackingParams.model_validate(tracking, from_attributes=True).model_dump()
-    config = TrackingConfig(**{k: v for k, v in fields.items() if v is not None})
+    tracking = params.get("tracking") or _field(params.get("params") or {}, "tracking") or TrackingConfig()
+    config = TrackingConfig.model_validate(tracking, from_attributes=True).resolved()
     db = sqlite_path(config.tracking_uri)
     if db is not None and not db.is_file():
         return None

@@ -11,14 +11,15 @@ from prefect import flow
 from flows._hooks import HOOKS
 from flows.train_iteration import train_iteration
 from swerl.orchestration.objectives import DAPOIteration
-from swerl.orchestration.params import DAPOParams, SamplerParams, TrackingParams
+from swerl.orchestration.params import DAPOParams, SamplerParams
+from swerl.tracking.config import TrackingConfig
 from swerl.orchestration.results import StageResult
 
 
 @flow(name="dapo_iteration", log_prints=True, **HOOKS)
 def dapo_iteration(tasks: Path, policy_path: str, policy_version: str, iteration: int, out: Path, repos: Path | None = None,
                    dapo: DAPOParams = DAPOParams(), sampler: SamplerParams = SamplerParams(), seed: int = 0,
-                   tracking: TrackingParams = TrackingParams(), parent_run_id: str | None = None, step: int | None = None,
+                   tracking: TrackingConfig = TrackingConfig(), parent_run_id: str | None = None, step: int | None = None,
                    container_label: str | None = None) -> StageResult:
     """Iteration ``iteration``: rollouts of the policy, then one DAPO update -> a registered `candidate`."""
     return train_iteration.fn(DAPOIteration(dapo=dapo, iteration=iteration), tasks=tasks, model=policy_path, out=out,

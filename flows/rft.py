@@ -10,14 +10,15 @@ from prefect import flow
 from flows._hooks import HOOKS
 from flows.train_iteration import train_iteration
 from swerl.orchestration.objectives import RFTIteration
-from swerl.orchestration.params import RFTParams, SamplerParams, TrackingParams
+from swerl.orchestration.params import RFTParams, SamplerParams
+from swerl.tracking.config import TrackingConfig
 from swerl.orchestration.results import StageResult
 
 
 @flow(name="rft", log_prints=True, **HOOKS)
 def rft(tasks: Path, model: str, out: Path, repos: Path | None = None, policy_version: str = "0",
         rft: RFTParams = RFTParams(), sampler: SamplerParams = SamplerParams(), seed: int = 0,
-        tracking: TrackingParams = TrackingParams(), parent_run_id: str | None = None, step: int = 1,
+        tracking: TrackingConfig = TrackingConfig(), parent_run_id: str | None = None, step: int = 1,
         container_label: str | None = None, stage: str = "rft") -> StageResult:
     """Rollouts of ``model`` on ``tasks`` -> resolved runs -> SFT on their replies -> a registered `candidate`.
 

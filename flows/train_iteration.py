@@ -11,7 +11,8 @@ from flows._hooks import HOOKS
 from flows.rollout import rollout_stage, run_chunks
 from swerl.orchestration.metrics import prefixed, train_metrics
 from swerl.orchestration.objectives import Objective, RFTIteration
-from swerl.orchestration.params import SamplerParams, TrackingParams
+from swerl.orchestration.params import SamplerParams
+from swerl.tracking.config import TrackingConfig
 from swerl.orchestration.results import PolicyRef, StageResult
 from swerl.orchestration.summary import Behaviour
 from tasks import tracking as tr
@@ -21,7 +22,7 @@ from tasks.train import train_dapo_task, train_rft_task
 @flow(name="train_iteration", log_prints=True, **HOOKS)
 def train_iteration(objective: Objective, tasks: Path, model: str, out: Path, repos: Path | None = None,
                     policy_version: str = "0", sampler: SamplerParams = SamplerParams(), seed: int = 0,
-                    tracking: TrackingParams = TrackingParams(), parent_run_id: str | None = None, step: int = 1,
+                    tracking: TrackingConfig = TrackingConfig(), parent_run_id: str | None = None, step: int = 1,
                     container_label: str | None = None) -> StageResult:
     """Rollouts of ``model`` on ``tasks`` -> the objective's update -> a registered `candidate`.
 

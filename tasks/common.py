@@ -53,8 +53,7 @@ def retry_on_tracking_failure(task: Any, task_run: Any, state: Any) -> bool:
 
 
 def tracker(tracking: Any):
-    """A ``Tracker`` for flow parameters' ``TrackingParams`` (None fields take the defaults)."""
-    from swerl.tracking import Tracker, TrackingConfig
+    """A ``Tracker`` for a flow's ``TrackingConfig`` (its tracking URI resolved here, where the task runs)."""
+    from swerl.tracking import Tracker
 
-    fields = {k: v for k, v in tracking.model_dump().items() if v is not None}
-    return Tracker(TrackingConfig(**fields))
+    return Tracker(tracking)

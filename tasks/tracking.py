@@ -9,7 +9,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from swerl.orchestration import recording
-from swerl.orchestration.params import TrackingParams
+from swerl.tracking.config import TrackingConfig
 from tasks.common import retry_on_tracking_failure, tracker
 
 _RETRY = dict(retries=3, retry_delay_seconds=5, retry_condition_fn=retry_on_tracking_failure, cache_policy=NO_CACHE)
@@ -26,7 +26,7 @@ def prefect_tags() -> dict[str, str]:
 
 
 @task(name="mlflow-pipeline-run", **_RETRY)
-def pipeline_run(tracking: TrackingParams, pipeline_id: str, params: dict[str, Any]) -> dict[str, Any]:
+def pipeline_run(tracking: TrackingConfig, pipeline_id: str, params: dict[str, Any]) -> dict[str, Any]:
     """Get or create the pipeline's parent run (one per pipeline id, whatever the reruns)."""
     t = tracker(tracking)
     run_id = t.pipeline_run(pipeline_id, name=f"pipeline {pipeline_id}", params=params, tags=prefect_tags())
@@ -34,7 +34,7 @@ def pipeline_run(tracking: TrackingParams, pipeline_id: str, params: dict[str, A
 
 
 @task(name="mlflow-stage-run", **_RETRY)
-def stage_run(tracking: TrackingParams, parent_run_id: str | None, stage: str, params: dict[str, Any] | None = None,
+def stage_run(tracking: TrackingConfig, parent_run_id: str | None, stage: str, params: dict[str, Any] | None = None,
               standalone_id: str | None = None) -> str:
     """Get or create the stage's child run; without a parent, a top-level run keyed by
     ``standalone_id`` (one per standalone flow run's output, e.g. each nightly evaluation), whose
@@ -49,12 +49,12 @@ def stage_run(tracking: TrackingParams, parent_run_id: str | None, stage: str, p
 
 
 @task(name="mlflow-log-metrics", **_RETRY)
-def log_metrics(tracking: TrackingParams, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:
+def log_metrics(tracking: TrackingConfig, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:
     tracker(tracking).log_metrics(run_id, metrics, step=step)
 
 
 @task(name="mlflow-log-lineage", **_RETRY)
-def log_lineage(tracking: TrackingParams, run_id: str, *, tasks: Path | None = None, tasks_name: str = "tasks",
+def log_lineage(tracking: TrackingConfig, run_id: str, *, tasks: Path | None = None, tasks_name: str = "tasks",
                 tasks_context: str = "training", manifest: Path | None = None, trajectories: Path | None = None,
                 trajectories_name: str = "trajectories", trajectories_context: str = "training", count: int = 0) -> dict[str, str]:
     """Dataset inputs: the task set's digest, the image manifest, a rollout's trajectories."""
@@ -71,7 +71,7 @@ def log_lineage(tracking: TrackingParams, run_id: str, *, tasks: Path | None = N
 
 
 @task(name="register-checkpoint", **_RETRY)
-def register_checkpoint(tracking: TrackingParams, run_id: str, checkpoint: Path, name: str, policy_version: str,
+def register_checkpoint(tracking: TrackingConfig, run_id: str, checkpoint: Path, name: str, policy_version: str,
                         step: int, metrics: dict[str, float] | None = None) -> dict[str, str]:
     """Log the checkpoint as an MLflow logged model, register it, move ``candidate`` to it."""
     return recording.log_checkpoint(tracker(tracking), run_id, checkpoint, name=name, policy_version=policy_version,
@@ -79,7 +79,7 @@ def register_checkpoint(tracking: TrackingParams, run_id: str, checkpoint: Path,
 
 
 @task(name="mlflow-log-training-inputs", **_RETRY)
-def log_training_inputs(tracking: TrackingParams, run_id: str, tasks: Path, trajectories: Path, trajectories_name: str,
+def log_training_inputs(tracking: TrackingConfig, run_id: str, tasks: Path, trajectories: Path, trajectories_name: str,
                         count: int, start_model: str, parent_run_id: str | None) -> dict[str, str]:
     """Task set, images, trajectories (dataset inputs) and start policy (model input) of a training run."""
     return recording.log_training_inputs(tracker(tracking), run_id, tasks=tasks, trajectories=trajectories,
@@ -88,7 +88,7 @@ def log_training_inputs(tracking: TrackingParams, run_id: str, tasks: Path, traj
 
 
 @task(name="register-trained-checkpoint", **_RETRY)
-def register_trained_checkpoint(tracking: TrackingParams, run_id: str, checkpoint: Path, name: str, policy_version: str,
+def register_trained_checkpoint(tracking: TrackingConfig, run_id: str, checkpoint: Path, name: str, policy_version: str,
                                 step: int, metrics: dict[str, float], trained_on: dict[str, str],
                                 metrics_dataset: str) -> dict[str, str]:
     """The checkpoint as the run's logged model (trained-on digests, metrics on the trajectories), registered."""
@@ -97,19 +97,19 @@ def register_trained_checkpoint(tracking: TrackingParams, run_id: str, checkpoin
 
 
 @task(name="resolve-policy", **_RETRY)
-def resolve_policy(tracking: TrackingParams, model: str) -> dict[str, Any]:
+def resolve_policy(tracking: TrackingConfig, model: str) -> dict[str, Any]:
     path, version, registered, step = recording.resolve_policy(tracker(tracking), model)
     return {"path": path, "policy_version": version, "registered_version": registered, "step": step}
 
 
 @task(name="mlflow-link-policy", **_RETRY)
-def link_policy(tracking: TrackingParams, run_id: str, path: str, registered_version: str | None) -> str:
+def link_policy(tracking: TrackingConfig, run_id: str, path: str, registered_version: str | None) -> str:
     """The evaluated policy as the run's model input (a folder or hub name gets a logged model)."""
     return recording.link_policy(tracker(tracking), run_id, path, registered_version)
 
 
 @task(name="mlflow-log-evaluation", **_RETRY)
-def log_evaluation(tracking: TrackingParams, run_id: str, model_id: str, metrics: dict[str, float], step: int | None,
+def log_evaluation(tracking: TrackingConfig, run_id: str, model_id: str, metrics: dict[str, float], step: int | None,
                    dataset: tuple[str, str], registered_version: str | None, pass_at_1: float) -> None:
     """The scores on the run and on the evaluated model (linked to the task set), Pass@1 on its version."""
     recording.log_evaluation(tracker(tracking), run_id, model_id, metrics, step=step, dataset=dataset,
@@ -117,17 +117,17 @@ def log_evaluation(tracking: TrackingParams, run_id: str, model_id: str, metrics
 
 
 @task(name="mlflow-champion", **_RETRY)
-def champion_state(tracking: TrackingParams) -> tuple[str | None, float | None]:
+def champion_state(tracking: TrackingConfig) -> tuple[str | None, float | None]:
     return recording.champion_state(tracker(tracking))
 
 
 @task(name="promote-champion", **_RETRY)
-def promote(tracking: TrackingParams, version: str, pass_at_1: float, force: bool = False) -> bool:
+def promote(tracking: TrackingConfig, version: str, pass_at_1: float, force: bool = False) -> bool:
     return recording.promote_if_better(tracker(tracking), version, pass_at_1, force=force)
 
 
 @task(name="mlflow-finish-run", **_RETRY)
-def finish_run(tracking: TrackingParams, run_id: str, status: str = "FINISHED", summary: dict[str, Any] | None = None) -> None:
+def finish_run(tracking: TrackingConfig, run_id: str, status: str = "FINISHED", summary: dict[str, Any] | None = None) -> None:
     t = tracker(tracking)
     if summary is not None:
         t.log_dict(run_id, summary, "summary.json")

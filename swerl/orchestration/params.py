@@ -20,20 +20,10 @@ from swerl.rl.rewards import check_turn_window
 from swerl.rl.rft import RFTConfig
 from swerl.stages.config import part
 from swerl.stages.rollout import SamplerConfig
+from swerl.tracking.config import TrackingConfig
 from swerl.stages.train import DAPO_TRAIN, RFT_TRAIN, DAPOObjective, TrainSettings
 
 TASK_FILE = "Task file: .jsonl, .json, .parquet or a saved dataset folder"
-
-
-class TrackingParams(BaseModel):
-    """Where MLflow records runs (None: $MLFLOW_TRACKING_URI, else SQLite under .swerl/)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    tracking_uri: str | None = Field(None, description="MLflow tracking URI: http(s)://, sqlite:///, postgresql://.")
-    experiment: str = Field("swerl", min_length=1, description="MLflow experiment.")
-    registered_model: str = Field("swerl-policy", min_length=1, description="Registry name of the policy's checkpoints.")
-    log_weights: bool = Field(False, description="Copy every checkpoint's weights into MLflow (default: record path and digest).")
 
 
 class SamplerParams(SamplerConfig, FanOutParams):
@@ -153,7 +143,7 @@ class PipelineParams(BaseModel):
     rft: RFTParams = Field(default_factory=RFTParams, description="Rejection fine-tuning after the start's evaluation.")
     dapo: DAPOParams = Field(default_factory=DAPOParams, description="The DAPO iterations after RFT.")
     eval: EvalParams = Field(default_factory=EvalParams, description="How each stage's policy is evaluated.")
-    tracking: TrackingParams = Field(default_factory=TrackingParams, description="Where MLflow records the runs.")
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="Where MLflow records the runs.")
 
     @property
     def run_dir(self) -> Path:
@@ -192,7 +182,7 @@ class EvaluateParams(BaseModel):
     runs: int = Field(2, ge=1, le=1024, description="Independent runs per task (k).")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Base sampling seed.")
     sampler: SamplerParams = Field(default_factory=SamplerParams, description="Engine and limits of the evaluation's rollouts.")
-    tracking: TrackingParams = Field(default_factory=TrackingParams, description="Where MLflow records the run; the "
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="Where MLflow records the run; the "
                                      "registry that `champion`/`candidate` name.")
     promote: bool = Field(False, description="Move `champion` here when Pass@1 is strictly better than the champion's.")
     force_promote: bool = Field(False, description="With `promote`: move `champion` here whatever the Pass@1 (a "
@@ -226,7 +216,7 @@ class RolloutParams(BaseModel):
     policy_version: str | None = Field(None, description="Recorded on every trajectory (default: the registry's or '0').")
     grade: bool = Field(True, description="Grade each trajectory in a fresh sandbox.")
     sampler: SamplerParams = Field(default_factory=SamplerParams, description="Engine and limits of the rollouts.")
-    tracking: TrackingParams = Field(default_factory=TrackingParams, description="The registry that `champion`/`candidate` name.")
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="The registry that `champion`/`candidate` name.")
 
 
 class GradeParams(FanOutParams):

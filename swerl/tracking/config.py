@@ -33,10 +33,11 @@ class TrackingConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tracking_uri: str = Field(
-        default_factory=default_tracking_uri, min_length=1, max_length=2048,
-        description="MLflow tracking URI: http(s)://host:port, sqlite:///path.db, postgresql://user:pw@host/db. "
-        "Default: $MLFLOW_TRACKING_URI, else sqlite:///<abs>/.swerl/mlflow.db (its folder is created on use).",
+    tracking_uri: str | None = Field(
+        None, min_length=1, max_length=2048,
+        description="MLflow tracking URI: `http(s)://host:port`, `sqlite:///path.db`, `postgresql://user:pw@host/db`. "
+        "None: `$MLFLOW_TRACKING_URI`, else `sqlite:///<abs>/.swerl/mlflow.db` (its folder is created on use), resolved "
+        "where the runs are recorded (a form's default names no machine's folder).",
     )
     experiment: str = Field("swerl", min_length=1, max_length=500, description="MLflow experiment the runs go to; created when missing.")
     registered_model: str = Field(
@@ -49,12 +50,14 @@ class TrackingConfig(BaseModel):
     artifact_location: str | None = Field(
         None, min_length=1, max_length=2048,
         description="Artifact root of the experiment when it is created (ignored for an existing one). "
-        "None: <database folder>/mlartifacts for SQLite, the server's default otherwise.",
+        "None: `<database folder>/mlartifacts` for SQLite, the server's default otherwise.",
     )
 
     @field_validator("tracking_uri")
     @classmethod
-    def _known_backend(cls, uri: str) -> str:
+    def _known_backend(cls, uri: str | None) -> str | None:
+        if uri is None:
+            return None
         scheme = urlparse(uri).scheme.split("+", 1)[0].lower()
         if scheme not in _SCHEMES:
             raise ValueError(
@@ -68,10 +71,16 @@ class TrackingConfig(BaseModel):
             return f"{SQLITE_PREFIX}{path.resolve()}{sep}{query}"
         return uri
 
+    def resolved(self) -> TrackingConfig:
+        """This config with its tracking URI resolved (the environment's, else the local SQLite database)."""
+        if self.tracking_uri is not None:
+            return self
+        return self.model_copy(update={"tracking_uri": self._known_backend(default_tracking_uri())})
+
     def resolved_artifact_location(self) -> str | None:
         """The artifact root for a new experiment. MLflow's own SQLite default is ./mlruns of
         whichever process created the store, so artifacts would scatter over working folders."""
         if self.artifact_location is not None:
             return self.artifact_location
-        db = sqlite_path(self.tracking_uri)
+        db = sqlite_path(self.resolved().tracking_uri)
         return str(db.parent / "mlartifacts") if db is not None else None

@@ -51,7 +51,7 @@ class Runs:
     """Pipeline and stage runs of one MLflow experiment, through one ``MlflowClient``."""
 
     def __init__(self, config: TrackingConfig) -> None:
-        self.config = config
+        config = self.config = config.resolved()
         db = sqlite_path(config.tracking_uri)
         if db is not None:
             db.parent.mkdir(parents=True, exist_ok=True)

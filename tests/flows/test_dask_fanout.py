@@ -48,13 +48,13 @@ def _settings(stack):
 def test_rollout_chunks_run_on_the_workers_of_both_hosts(stack, cluster, docker_ready, demo, task_slice, tiny_model_dir,
                                                          tmp_path):
     from flows.rollout import rollout
-    from swerl.orchestration.params import RolloutParams, SamplerParams, TrackingParams
+    from swerl.orchestration.params import RolloutParams, SamplerParams, TrackingConfig
     from swerl.stages.rollout import stored_trajectories
 
     params = RolloutParams(model=str(tiny_model_dir), tasks=task_slice, repos=demo.repos_dir, out=tmp_path / "roll", samples=1,
                            sampler=SamplerParams(engine="scripted", agent={"max_turns": 20}, concurrency=1, chunk_size=1,
                                                  dask_address=cluster),
-                           tracking=TrackingParams(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
+                           tracking=TrackingConfig(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
     with _settings(stack):
         out = rollout(params)
     assert (out["produced"], out["skipped"]) == (3, 0)  # three chunks of one task

@@ -22,7 +22,7 @@ CONTEXT = "mlflow.data.context"
 @pytest.fixture(scope="module")
 def pipeline_run(prefect_api, docker_ready, demo, task_slice, tiny_model_dir, tmp_path_factory):
     from flows.pipeline import pipeline
-    from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingParams,
+    from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingConfig,
                                             TrainParams)
 
     tmp = tmp_path_factory.mktemp("lineage")
@@ -37,7 +37,7 @@ def pipeline_run(prefect_api, docker_ready, demo, task_slice, tiny_model_dir, tm
         dapo=DAPOParams(iterations=1, samples=2, rewards_file=rewards, reward={"length_penalty": False},
                         train=TrainParams(batch_size=6, optimizer={"lr": 1e-4, "lr_schedule": "constant"})),
         eval=EvalParams(runs=1),
-        tracking=TrackingParams(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment=NAME),
+        tracking=TrackingConfig(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment=NAME),
     )
     state = pipeline(params, return_state=True)
     assert state.is_completed(), state

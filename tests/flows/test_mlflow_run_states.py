@@ -15,7 +15,7 @@ import pytest
 from prefect import flow
 
 from flows._hooks import HOOKS, kill_mlflow_runs
-from swerl.orchestration.params import EvaluateParams, TrackingParams
+from swerl.orchestration.params import EvaluateParams, TrackingConfig
 from tasks import tracking as tr
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,19 +23,19 @@ EXPERIMENT = "run-states"
 
 
 @flow(name="opens-a-run-then-fails", **HOOKS)
-def opens_a_run_then_fails(tracking: TrackingParams, name: str) -> None:
+def opens_a_run_then_fails(tracking: TrackingConfig, name: str) -> None:
     tr.stage_run(tracking, None, "evaluate", standalone_id=name)
     raise RuntimeError("the inference server went away")
 
 
 @flow(name="stage-that-fails", **HOOKS)
-def stage_that_fails(tracking: TrackingParams, parent_run_id: str) -> None:
+def stage_that_fails(tracking: TrackingConfig, parent_run_id: str) -> None:
     tr.stage_run(tracking, parent_run_id, "rft")
     raise RuntimeError("training diverged")
 
 
 @flow(name="pipeline-whose-stage-fails", **HOOKS)
-def pipeline_whose_stage_fails(tracking: TrackingParams, name: str) -> None:
+def pipeline_whose_stage_fails(tracking: TrackingConfig, name: str) -> None:
     parent = tr.pipeline_run(tracking, name, {})
     images = tr.stage_run(tracking, parent["run_id"], "images")
     tr.finish_run(tracking, images)
@@ -43,13 +43,13 @@ def pipeline_whose_stage_fails(tracking: TrackingParams, name: str) -> None:
 
 
 @flow(name="opens-a-run-and-stops", **HOOKS)
-def opens_a_run_and_stops(tracking: TrackingParams, name: str) -> None:
+def opens_a_run_and_stops(tracking: TrackingConfig, name: str) -> None:
     # what a flow cancelled between opening and closing its run leaves behind
     tr.stage_run(tracking, None, "evaluate", standalone_id=name)
 
 
 @flow(name="fails-before-logging", **HOOKS)
-def fails_before_logging(tracking: TrackingParams) -> None:
+def fails_before_logging(tracking: TrackingConfig) -> None:
     raise ValueError("bad task file")
 
 
@@ -64,25 +64,25 @@ HANGS = """
 import sys, time
 from prefect import flow
 from flows._hooks import HOOKS
-from swerl.orchestration.params import TrackingParams
+from swerl.orchestration.params import TrackingConfig
 from tasks import tracking as tr
 
 @flow(name="opens-a-run-then-hangs", **HOOKS)
-def opens_a_run_then_hangs(tracking: TrackingParams, name: str) -> None:
+def opens_a_run_then_hangs(tracking: TrackingConfig, name: str) -> None:
     tr.stage_run(tracking, None, "evaluate", standalone_id=name)
     print("RUN OPEN", flush=True)
     time.sleep(600)
 
-opens_a_run_then_hangs(TrackingParams.model_validate_json(sys.argv[1]), sys.argv[2])
+opens_a_run_then_hangs(TrackingConfig.model_validate_json(sys.argv[1]), sys.argv[2])
 """
 
 
 @pytest.fixture
-def tracking(tmp_path) -> TrackingParams:
-    return TrackingParams(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", experiment=EXPERIMENT)
+def tracking(tmp_path) -> TrackingConfig:
+    return TrackingConfig(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", experiment=EXPERIMENT)
 
 
-def runs_by_name(tracking: TrackingParams) -> dict[str, tuple[str, str]]:
+def runs_by_name(tracking: TrackingConfig) -> dict[str, tuple[str, str]]:
     """Each MLflow run's name -> (status, the Prefect flow run that last opened it)."""
     from mlflow import MlflowClient
 
@@ -154,7 +154,7 @@ def test_a_failed_flow_whose_parameters_leave_tracking_to_the_default_ends_its_r
     state = evaluate_as_deployed_fails(params={"model": "champion"}, return_state=True)
     assert state.is_failed()
     client = MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name(TrackingParams().experiment).experiment_id])
+    runs = client.search_runs([client.get_experiment_by_name(TrackingConfig().experiment).experiment_id])
     assert [(r.info.run_name, r.info.status) for r in runs] == [("deployed", "FAILED")]
 
 
@@ -176,8 +176,8 @@ def test_every_flow_s_tracking_default_is_the_one_the_hooks_fall_back_on():
                 kind = hints.get(p.name)
                 if p.name == "tracking" and p.default is not p.empty:  # a required one is always in the parameters
                     found += 1
-                    assert p.default == TrackingParams(), (module.__name__, p.name)
+                    assert p.default == TrackingConfig(), (module.__name__, p.name)
                 elif isinstance(kind, type) and "tracking" in getattr(kind, "model_fields", {}):
                     found += 1
-                    assert kind.model_fields["tracking"].get_default(call_default_factory=True) == TrackingParams()
+                    assert kind.model_fields["tracking"].get_default(call_default_factory=True) == TrackingConfig()
     assert found >= 5

@@ -32,7 +32,7 @@ def parquet_sets(task_slice, tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def pipeline_run(prefect_api, docker_ready, demo, task_slice, parquet_sets, tmp_path_factory):
     from flows.pipeline import pipeline
-    from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingParams,
+    from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingConfig,
                                             TrainParams, WarmStartParams)
 
     tmp = tmp_path_factory.mktemp("run")
@@ -48,7 +48,7 @@ def pipeline_run(prefect_api, docker_ready, demo, task_slice, parquet_sets, tmp_
         dapo=DAPOParams(iterations=1, samples=2, reward={"length_penalty": False},
                         train=TrainParams(batch_size=6, optimizer={"lr": 1e-4})),
         eval=EvalParams(runs=1),
-        tracking=TrackingParams(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment=NAME),
+        tracking=TrackingConfig(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment=NAME),
     )
     state = pipeline(params, return_state=True)
     assert state.is_completed(), state

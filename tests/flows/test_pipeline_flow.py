@@ -36,7 +36,7 @@ CHILD_RUNS = ["eval-start", "rft", "eval-rft", "iter-1", "eval-iter-1", "iter-2"
 
 
 def _params(tmp: Path, tasks: Path, repos: Path):
-    from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingParams,
+    from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingConfig,
                                             TrainParams)
 
     rewards = tmp / "external-rewards.jsonl"
@@ -50,7 +50,7 @@ def _params(tmp: Path, tasks: Path, repos: Path):
         dapo=DAPOParams(iterations=2, samples=2, rewards_file=rewards, reward={"length_penalty": False},
                         train=TrainParams(batch_size=6, optimizer={"lr": 1e-4, "lr_schedule": "constant"})),
         eval=EvalParams(runs=2),
-        tracking=TrackingParams(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment="e2e"),
+        tracking=TrackingConfig(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment="e2e"),
     )
 
 

@@ -20,13 +20,13 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 def _params(tmp, tasks, repos, model, serve: VLLMServeConfig):
-    from swerl.orchestration.params import DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingParams
+    from swerl.orchestration.params import DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingConfig
 
     return PipelineParams(
         name=f"served-{uuid.uuid4().hex[:8]}", run_root=tmp / "runs", tasks=tasks, repos=repos, model=str(model), validate_runs=0,
         sampler=SamplerParams(engine="openai", serve=serve, concurrency=3, agent={"max_turns": 2, "max_new_tokens": 16}),
         rft=RFTParams(enabled=False), dapo=DAPOParams(iterations=0), eval=EvalParams(runs=1),
-        tracking=TrackingParams(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment="served"),
+        tracking=TrackingConfig(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment="served"),
     )
 
 

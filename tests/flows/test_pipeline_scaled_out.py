@@ -100,7 +100,7 @@ def test_rft_and_two_dapo_iterations_on_dask_two_docker_hosts_one_reloaded_serve
     from swerl.envs.docker_reaper import running_containers
     from swerl.inference.config import VLLMServeConfig
     from swerl.orchestration.ledger import Ledger
-    from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingParams,
+    from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingConfig,
                                             TrainParams)
     from swerl.orchestration.results import EvalResult, StageResult
     from swerl.stages.rollout import stored_trajectories
@@ -125,7 +125,7 @@ def test_rft_and_two_dapo_iterations_on_dask_two_docker_hosts_one_reloaded_serve
             dapo=DAPOParams(iterations=2, samples=2, rewards_file=rewards, reward={"length_penalty": False},
                             train=TrainParams(batch_size=6, optimizer={"lr": 1e-3, "warmup_steps": 0, "lr_schedule": "constant"})),
             eval=EvalParams(runs=1),
-            tracking=TrackingParams(tracking_uri=services.mlflow_url, experiment=name))
+            tracking=TrackingConfig(tracking_uri=services.mlflow_url, experiment=name))
         with prefect_api_of(services.prefect_api_url):
             state = pipeline(params, return_state=True)
         assert state.is_completed(), state

@@ -33,12 +33,12 @@ def test_build_images_validates_once_and_a_rerun_grades_nothing(prefect_api, doc
 def test_rollout_flow_stores_graded_trajectories_and_resumes(prefect_api, docker_ready, demo, task_slice, tiny_model_dir,
                                                              tmp_path):
     from flows.rollout import rollout
-    from swerl.orchestration.params import RolloutParams, SamplerParams, TrackingParams
+    from swerl.orchestration.params import RolloutParams, SamplerParams, TrackingConfig
     from swerl.stages.rollout import stored_trajectories
 
     params = RolloutParams(model=str(tiny_model_dir), tasks=task_slice, repos=demo.repos_dir, out=tmp_path / "roll", samples=2,
                            sampler=SamplerParams(engine="scripted", agent={"max_turns": 20}, concurrency=3, chunk_size=2),
-                           tracking=TrackingParams(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
+                           tracking=TrackingConfig(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
     first = rollout(params)
     assert (first["produced"], first["skipped"]) == (6, 0)  # two chunks: 2 tasks and 1 task, 2 samples each
     stored = stored_trajectories(tmp_path / "roll" / "trajectories")

@@ -23,7 +23,7 @@ from prefect import flow
 from typer.testing import CliRunner
 
 from swerl.cli import app
-from swerl.orchestration.params import TrackingParams
+from swerl.orchestration.params import TrackingConfig
 from swerl.services import ServicesConfig, ServicesError, down, status, up
 from swerl.services import processes
 from tests.support.stacks import query
@@ -87,7 +87,7 @@ def fake_checkpoint(folder: Path) -> Path:
 
 
 @flow(name="tracked-on-postgres")
-def tracked(tracking: TrackingParams, tasks: Path, checkpoint: Path) -> dict:
+def tracked(tracking: TrackingConfig, tasks: Path, checkpoint: Path) -> dict:
     """What a pipeline's RFT stage records: parent and stage runs, lineage, metrics, a registered checkpoint."""
     from tasks import tracking as tr
 
@@ -147,7 +147,7 @@ def test_up_makes_the_cluster_and_both_servers_keep_their_tables_in_it(stack, co
 def test_the_pipeline_s_tracking_in_a_prefect_flow_lands_in_postgres(stack, config, api, demo, tmp_path):
     from mlflow import MlflowClient
 
-    tracking = TrackingParams(tracking_uri=config.mlflow_url, experiment=EXPERIMENT, registered_model=MODEL)
+    tracking = TrackingConfig(tracking_uri=config.mlflow_url, experiment=EXPERIMENT, registered_model=MODEL)
     state = tracked(tracking, demo.tasks_file, fake_checkpoint(tmp_path / "step-1"), return_state=True)
     assert state.is_completed(), state
     out = state.result()

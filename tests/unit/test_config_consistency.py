@@ -161,10 +161,6 @@ ALLOWED: dict[str, dict[str, set[str]]] = {
         "a pipeline's evaluations promote a better checkpoint by default": {"EvalParams"},
         "a standalone evaluation promotes only when asked": {"EvaluateParams"},
     },
-    "tracking_uri": {
-        "a form's URI; None: $MLFLOW_TRACKING_URI, else SQLite under .swerl/": {"TrackingParams"},
-        "the resolved URI": {"TrackingConfig"},
-    },
     "validate_runs": {
         "building images validates only when asked": {"BuildImagesParams"},
         "the pipeline validates its tasks once by default": {"PipelineParams"},

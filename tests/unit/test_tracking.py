@@ -118,7 +118,8 @@ def test_default_tracking_uri_is_a_sqlite_database_under_dot_swerl(tmp_path, mon
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
     config = TrackingConfig()
-    assert config.tracking_uri == f"sqlite:///{tmp_path.resolve() / '.swerl' / 'mlflow.db'}"
+    assert config.tracking_uri is None  # a form's default: resolved where the runs are recorded
+    assert config.resolved().tracking_uri == f"sqlite:///{tmp_path.resolve() / '.swerl' / 'mlflow.db'}"
     assert (config.experiment, config.registered_model, config.log_weights) == ("swerl", "swerl-policy", False)
     assert config.resolved_artifact_location() == str(tmp_path.resolve() / ".swerl" / "mlartifacts")
 
@@ -126,7 +127,7 @@ def test_default_tracking_uri_is_a_sqlite_database_under_dot_swerl(tmp_path, mon
 def test_the_environment_names_the_tracking_server(monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.internal:5000")
     config = TrackingConfig()
-    assert config.tracking_uri == "http://mlflow.internal:5000"
+    assert config.resolved().tracking_uri == "http://mlflow.internal:5000"
     assert config.resolved_artifact_location() is None  # the server decides
 
 
