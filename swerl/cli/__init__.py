@@ -176,35 +176,20 @@ def tasks_validate(
     raise typer.Exit(0 if report.invalid == 0 else 1)
 
 
-@app.command("grade")
-def grade(
-    tasks: Path = TasksOpt,
-    predictions: Path = typer.Option(..., "--predictions", help="SWE-bench predictions JSONL: instance_id, model_name_or_path, model_patch."),
-    repos: Optional[Path] = ReposOpt, ca_cert: Optional[list[Path]] = CaOpt,
-    out: Path = typer.Option(..., "--out", help="RESULTS.jsonl: one line per prediction."),
-    concurrency: int = ParallelOpt, log_dir: Path = LogDirOpt,
-    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip invalid task records and bad prediction "
-                                      "lines (each is still reported) instead of exiting 2."),
-    timeout: Optional[float] = TimeoutOpt,
-) -> None:
-    """Grade predictions, each in a fresh sandbox; write one result line per prediction."""
-    from swerl.grading.grader import grade_many
+def _read_predictions(predictions: Path, by_id: dict):
+    """``(predictions, bad lines)`` of the file; one that cannot be read exits 2."""
     from swerl.grading.predictions import read_predictions
 
-    by_id = {t.instance_id: t for t in _load(tasks, skip_invalid)}
     try:
-        preds, bad = read_predictions(predictions, known_ids=by_id)
+        return read_predictions(predictions, known_ids=by_id)
     except OSError as e:  # missing, a folder, unreadable: the input's fault, said before Docker is asked anything
         _fail(f"predictions file {predictions} cannot be read ({e.strerror or e}); check the path and the working directory")
-    _docker_ready()
-    for line in bad:
-        console.print(f"[yellow]skipped[/] {line}")
-    wanted = list({p.instance_id: by_id[p.instance_id] for p in preds}.values())
-    outcomes = _build(wanted, _image_config(repos, ca_cert, concurrency, log_dir)) if wanted else {}
-    config = _grading(timeout).for_run(log_dir / "grade", f"grade-{uuid.uuid4().hex[:8]}")
-    jobs = [(by_id[p.instance_id], p.model_patch, outcomes[p.instance_id].image if outcomes[p.instance_id].ok else None,
-             p.model_name_or_path) for p in preds]
-    build_errors = {i: o.error for i, o in outcomes.items() if o.error}
+
+
+def _grade_into(out: Path, jobs: list, config, concurrency: int, build_errors: dict[str, str]) -> list:
+    """Grade ``jobs`` with a progress bar, the results written to ``out`` in the jobs' order."""
+    from swerl.grading.grader import grade_many
+
     out.parent.mkdir(parents=True, exist_ok=True)
     # each result is on disk as soon as it is graded (a crash loses only those in flight); the
     # finished file is then rewritten in the predictions' order
@@ -218,6 +203,14 @@ def grade(
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text("".join(r.model_dump_json() + "\n" for r in results))
     tmp.replace(out)
+    return results
+
+
+def _report_grades(results: list, out: Path) -> tuple[list, list]:
+    """Print the tally and name the gradings that said nothing about their patch; return those
+    ``(infrastructure failures, broken tasks)``."""
+    from swerl.grading.results import FailureClass
+
     resolved = sum(r.resolved for r in results)
     counts: dict[str, int] = {}
     for r in results:
@@ -227,12 +220,38 @@ def grade(
     infra = [r for r in results if r.is_infra_error]
     if infra:
         _summarize_infra([(r.instance_id, r.reason) for r in infra], "prediction(s)")
-    from swerl.grading.results import FailureClass
-
     broken = [r for r in results if r.failure_class is FailureClass.TASK_BROKEN]
     if broken:
         _summarize_infra([(r.instance_id, r.reason) for r in broken], "prediction(s)", kind="task_broken",
                          why="the task cannot be graded as written (not the patch's fault); fix the task record")
+    return infra, broken
+
+
+@app.command("grade")
+def grade(
+    tasks: Path = TasksOpt,
+    predictions: Path = typer.Option(..., "--predictions", help="SWE-bench predictions JSONL: instance_id, model_name_or_path, model_patch."),
+    repos: Optional[Path] = ReposOpt, ca_cert: Optional[list[Path]] = CaOpt,
+    out: Path = typer.Option(..., "--out", help="RESULTS.jsonl: one line per prediction."),
+    concurrency: int = ParallelOpt, log_dir: Path = LogDirOpt,
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip invalid task records and bad prediction "
+                                      "lines (each is still reported) instead of exiting 2."),
+    timeout: Optional[float] = TimeoutOpt,
+) -> None:
+    """Grade predictions, each in a fresh sandbox; write one result line per prediction."""
+    by_id = {t.instance_id: t for t in _load(tasks, skip_invalid)}
+    preds, bad = _read_predictions(predictions, by_id)
+    _docker_ready()
+    for line in bad:
+        console.print(f"[yellow]skipped[/] {line}")
+    wanted = list({p.instance_id: by_id[p.instance_id] for p in preds}.values())
+    outcomes = _build(wanted, _image_config(repos, ca_cert, concurrency, log_dir)) if wanted else {}
+    config = _grading(timeout).for_run(log_dir / "grade", f"grade-{uuid.uuid4().hex[:8]}")
+    jobs = [(by_id[p.instance_id], p.model_patch, outcomes[p.instance_id].image if outcomes[p.instance_id].ok else None,
+             p.model_name_or_path) for p in preds]
+    build_errors = {i: o.error for i, o in outcomes.items() if o.error}
+    results = _grade_into(out, jobs, config, concurrency, build_errors)
+    infra, broken = _report_grades(results, out)
     if bad and not skip_invalid:
         console.print(f"[bold red]error:[/] {len(bad)} bad prediction line(s) were skipped (listed above); "
                       "fix them, or pass --skip-invalid to accept the skip")

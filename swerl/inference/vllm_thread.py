@@ -92,21 +92,10 @@ class EngineThread:
         running: dict[str, _Pending] = {}
         waiting: list[_Pending] = []  # submitted while a reload waits for the running ones
         reload: _Reload | None = None
-        stop = False
         try:
-            while not stop:
+            while True:
                 # 1) take what was submitted (block only when there is nothing to step)
-                block = not running and not waiting and reload is None
-                for item in self._drain(block):
-                    if item is None:
-                        stop = True
-                    elif isinstance(item, _Reload):
-                        if reload is not None:
-                            _fail(item.future, EngineError("another load_weights is in progress"))
-                        else:
-                            reload = item
-                    else:
-                        waiting.append(item)
+                reload, stop = self._take(not running and not waiting and reload is None, waiting, reload)
                 if stop:
                     break
                 # 2) a reload runs once the requests that started before it have finished
@@ -122,33 +111,57 @@ class EngineThread:
                     for p in waiting:
                         self._admit(p, running)
                     waiting = []
-                # 3) callers that gave up (cancelled / timed out) release their slot
-                gone = [eid for eid, p in running.items() if p.future.cancelled()]
-                if gone:
-                    self.engine.abort_request(gone)
-                    for eid in gone:
-                        running.pop(eid)
-                # 4) one engine step for everything running
-                if running:
-                    self.stats["max_running"] = max(self.stats["max_running"], len(running))
-                    outputs = self.engine.step()
-                    self.stats["steps"] += 1
-                    for out in outputs:
-                        if out.finished and out.request_id in running:
-                            self._finish(running.pop(out.request_id), out)
+                self._step(running)
         except Exception as e:  # vLLM died (EngineDeadError) or a bug: fail everything, loudly
             log.exception("vLLM engine thread failed")
             self.dead = f"{type(e).__name__}: {e}"
         finally:
-            err = EngineError(f"the vllm engine stopped ({self.dead or 'closed'})")
-            for p in [*running.values(), *waiting]:
-                _fail(p.future, err)
-            if reload is not None:
-                _fail(reload.future, err)
-            for item in self._drain(block=False):
-                if item is not None:
-                    _fail(item.future, err)
+            self._fail_all([*running.values(), *waiting], reload)
             self._on_exit()
+
+    def _take(self, block: bool, waiting: list[_Pending], reload: _Reload | None) -> tuple[_Reload | None, bool]:
+        """Queue the submitted requests on ``waiting``; return the reload to run and whether to stop.
+
+        Everything drained is taken even after a stop, so that the exit fails it rather than drops it."""
+        stop = False
+        for item in self._drain(block):
+            if item is None:
+                stop = True
+            elif isinstance(item, _Reload):
+                if reload is not None:
+                    _fail(item.future, EngineError("another load_weights is in progress"))
+                else:
+                    reload = item
+            else:
+                waiting.append(item)
+        return reload, stop
+
+    def _step(self, running: dict[str, _Pending]) -> None:
+        """Release the requests whose callers gave up, then one engine step for everything running."""
+        # callers that gave up (cancelled / timed out) release their slot
+        gone = [eid for eid, p in running.items() if p.future.cancelled()]
+        if gone:
+            self.engine.abort_request(gone)
+            for eid in gone:
+                running.pop(eid)
+        if running:
+            self.stats["max_running"] = max(self.stats["max_running"], len(running))
+            outputs = self.engine.step()
+            self.stats["steps"] += 1
+            for out in outputs:
+                if out.finished and out.request_id in running:
+                    self._finish(running.pop(out.request_id), out)
+
+    def _fail_all(self, pending: list[_Pending], reload: _Reload | None) -> None:
+        """The thread is stopping: fail every request and reload still waiting on it, queued ones too."""
+        err = EngineError(f"the vllm engine stopped ({self.dead or 'closed'})")
+        for p in pending:
+            _fail(p.future, err)
+        if reload is not None:
+            _fail(reload.future, err)
+        for item in self._drain(block=False):
+            if item is not None:
+                _fail(item.future, err)
 
     def _drain(self, block: bool) -> list:
         items = []

@@ -62,6 +62,44 @@ def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, aggregation: Aggrega
     return masked_sum(per_sequence, has_tokens) / denominator
 
 
+def _check_aggregation(aggregation: str, norm_tokens: int | None, norm_sequences: int | None) -> None:
+    """Refuse an unknown aggregation, or the other aggregation's denominator (it would be silently ignored)."""
+    if aggregation not in ("token", "sequence"):
+        raise ValueError(f"aggregation must be 'token' or 'sequence', got {aggregation!r}")
+    if aggregation == "token" and norm_sequences is not None or aggregation == "sequence" and norm_tokens is not None:
+        raise ValueError("norm_tokens goes with aggregation='token', norm_sequences with aggregation='sequence'")
+
+
+def neg_capped(mask: torch.Tensor, advantages: torch.Tensor, old_logprobs: torch.Tensor, neg_prob_cap: float) -> torch.Tensor:
+    """Action tokens of negative advantage that pi_old drew with probability above ``neg_prob_cap``."""
+    return mask & (advantages < 0) & (old_logprobs > math.log(neg_prob_cap))
+
+
+def _dapo_metrics(ratio: torch.Tensor, log_ratio: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+                  eps_low: float, eps_high: float, entropy: torch.Tensor | None, capped: torch.Tensor | None,
+                  ref_kl: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """``dapo_loss``'s metrics but ``pg_loss``, detached, over action tokens only (see its docstring)."""
+    metrics: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        adv_full = adv.expand_as(ratio)
+        n = mask.sum()
+        metrics["action_tokens"] = n
+        metrics["clip_frac_low"] = masked_mean(((adv_full < 0) & (ratio < 1 - eps_low)).to(ratio.dtype), mask)
+        metrics["clip_frac_high"] = masked_mean(((adv_full > 0) & (ratio > 1 + eps_high)).to(ratio.dtype), mask)
+        metrics["approx_kl"] = masked_mean(k3(log_ratio), mask)
+        metrics["ratio_mean"] = masked_mean(ratio, mask)
+        one = torch.ones((), dtype=ratio.dtype, device=ratio.device)
+        metrics["ratio_min"] = torch.where(n > 0, torch.where(mask, ratio, torch.inf).amin(), one)
+        metrics["ratio_max"] = torch.where(n > 0, torch.where(mask, ratio, -torch.inf).amax(), one)
+        if entropy is not None:
+            metrics["entropy"] = masked_mean(entropy, mask)
+        if capped is not None:
+            metrics["neg_capped_frac"] = masked_mean(capped.to(ratio.dtype), mask)
+        if ref_kl is not None:
+            metrics["ref_kl"] = masked_mean(ref_kl, mask)
+    return metrics
+
+
 def dapo_loss(
     logprobs: torch.Tensor,  # [B, T] log pi_theta(token), with grad
     old_logprobs: torch.Tensor,  # [B, T] log pi_old(token) from the sampler
@@ -89,10 +127,7 @@ def dapo_loss(
     (action tokens left out by ``neg_prob_cap``, when it is below 1), ``ref_kl`` (the penalised k3 mean, when ``kl_coef`` > 0),
     and ``action_tokens`` (to weight metrics across micro-batches).
     """
-    if aggregation not in ("token", "sequence"):
-        raise ValueError(f"aggregation must be 'token' or 'sequence', got {aggregation!r}")
-    if aggregation == "token" and norm_sequences is not None or aggregation == "sequence" and norm_tokens is not None:
-        raise ValueError("norm_tokens goes with aggregation='token', norm_sequences with aggregation='sequence'")
+    _check_aggregation(aggregation, norm_tokens, norm_sequences)
     mask = action_mask.bool()
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     # where, not multiplication: masked positions get ratio 1 and exactly zero gradient
@@ -101,30 +136,13 @@ def dapo_loss(
     objective = clipped_objective(ratio, adv, eps_low, eps_high)
     capped = None
     if neg_prob_cap < 1.0:
-        capped = mask & (adv < 0) & (old_logprobs > math.log(neg_prob_cap))
+        capped = neg_capped(mask, adv, old_logprobs, neg_prob_cap)
         objective = torch.where(capped, torch.zeros_like(objective), objective)
     pg_loss = -_aggregate(objective, mask, aggregation, norm_tokens, norm_sequences)
-    metrics: dict[str, torch.Tensor] = {"pg_loss": pg_loss.detach()}
-    loss = pg_loss
+    loss, ref_kl = pg_loss, None
     if kl_coef > 0:
         ref_kl = k3(-log_ratio)  # log pi_ref - log pi_theta, pi_ref the sampler's policy; 0 where masked
         loss = pg_loss + kl_coef * _aggregate(ref_kl, mask, aggregation, norm_tokens, norm_sequences)
-
-    with torch.no_grad():
-        adv_full = adv.expand_as(ratio)
-        n = mask.sum()
-        metrics["action_tokens"] = n
-        metrics["clip_frac_low"] = masked_mean(((adv_full < 0) & (ratio < 1 - eps_low)).to(ratio.dtype), mask)
-        metrics["clip_frac_high"] = masked_mean(((adv_full > 0) & (ratio > 1 + eps_high)).to(ratio.dtype), mask)
-        metrics["approx_kl"] = masked_mean(k3(log_ratio), mask)
-        metrics["ratio_mean"] = masked_mean(ratio, mask)
-        one = torch.ones((), dtype=ratio.dtype, device=ratio.device)
-        metrics["ratio_min"] = torch.where(n > 0, torch.where(mask, ratio, torch.inf).amin(), one)
-        metrics["ratio_max"] = torch.where(n > 0, torch.where(mask, ratio, -torch.inf).amax(), one)
-        if entropy is not None:
-            metrics["entropy"] = masked_mean(entropy, mask)
-        if capped is not None:
-            metrics["neg_capped_frac"] = masked_mean(capped.to(ratio.dtype), mask)
-        if kl_coef > 0:
-            metrics["ref_kl"] = masked_mean(ref_kl, mask)
+    metrics = {"pg_loss": pg_loss.detach(),
+               **_dapo_metrics(ratio, log_ratio, adv, mask, eps_low, eps_high, entropy, capped, ref_kl)}
     return loss, metrics

@@ -94,6 +94,70 @@ class RolloutSummary(BaseModel):
     store: str
 
 
+class _Grades:
+    """The gradings of one run: a distinct (task, patch) is graded once (with ``reuse_grades``) and, with
+    ``grade_cache``, its verdict is kept for later runs."""
+
+    def __init__(self, config: RolloutConfig, agent: Agent) -> None:
+        self._config = config
+        self._agent = agent
+        self._verdicts: dict[tuple[str, str], asyncio.Future] = {}
+        self._kept = JsonVerdictStore(config.grade_cache, GradeResult) if config.grade_cache and config.reuse_grades else None
+        self._settings = grading_settings(config.grading)
+        self.ran: list[str] = []  # instance ids graded in a sandbox (not reused)
+
+    def _graded(self, task: Task, patch: str, digest: str, image: str, sample: int) -> GradeResult:
+        key = content_key("swerl-grade-v1", task, image, digest, self._settings)
+        if self._kept is not None and (hit := self._kept.get(key)) is not None:
+            return hit
+        self.ran.append(task.instance_id)
+        result = grade_prediction(task, patch, image, self._config.grading,
+                                  model_name=self._config.model_name or self._agent.engine.name, log_subdir=f"sample-{sample}")
+        if self._kept is not None and not result.is_infra_error:  # an infrastructure failure says nothing about the patch
+            self._kept.put(key, result)
+        return result
+
+    async def grade(self, task: Task, patch: str, image: str, sample: int) -> GradeResult:
+        """The verdict on ``patch`` for ``task``; one grading in flight serves every repeat of the patch."""
+        digest = hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()
+        known = self._verdicts.get((task.instance_id, digest))
+        stale = known is not None and known.done() and (known.exception() is not None or known.result().is_infra_error)
+        if not self._config.reuse_grades or known is None or stale:
+            known = self._verdicts[(task.instance_id, digest)] = asyncio.ensure_future(
+                asyncio.to_thread(self._graded, task, patch, digest, image, sample))
+        # shielded: a cancelled waiter must not cancel the grading that other repeats share
+        return await asyncio.shield(known)
+
+
+def _thread_per_trajectory(concurrency: int) -> None:
+    """Sandbox calls block: give every in-flight trajectory its own thread of the loop's default executor."""
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=concurrency + 4, thread_name_prefix="swerl-rollout"))
+
+
+def _summary(tasks: Sequence[Task], config: RolloutConfig, pending: int, produced: list[Trajectory], retried: int,
+             grades_run: int, start: float, store: TrajectoryStore) -> RolloutSummary:
+    """What the run did, over the trajectories this call produced (``pending`` of them were due)."""
+    reasons = Counter(t.exit_reason.value for t in produced)
+    return RolloutSummary(
+        total=len(tasks) * config.samples,
+        skipped=len(tasks) * config.samples - pending,
+        produced=len(produced),
+        exit_reasons=dict(sorted(reasons.items())),
+        infra_failed=sum(1 for t in produced if t.infra_failed),
+        host_lost_retried=retried,
+        resolved=sum(1 for t in produced if t.resolved),
+        graded=sum(1 for t in produced if t.resolved is not None),
+        grades_run=grades_run,
+        generation_s=sum(t.generation_s for t in produced),
+        environment_s=sum(t.environment_s for t in produced),
+        sandbox_s=sum(t.sandbox_s for t in produced),
+        wall_s=time.monotonic() - start,
+        action_tokens=sum(t.n_action_tokens for t in produced),
+        store=str(store.directory),
+    )
+
+
 async def run_rollouts(
     tasks: Sequence[Task],
     images: dict[str, str],
@@ -109,41 +173,15 @@ async def run_rollouts(
     pending = [(t, i) for t in tasks for i in range(config.samples) if (t.instance_id, i) not in done]
     agent = Agent(engine, chat, config.agent)
     slots = asyncio.Semaphore(config.concurrency)
-    # sandbox calls block: give every in-flight trajectory its own thread
-    loop = asyncio.get_running_loop()
-    loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=config.concurrency + 4, thread_name_prefix="swerl-rollout"))
+    _thread_per_trajectory(config.concurrency)
     produced: list[Trajectory] = []
-    verdicts: dict[tuple[str, str], asyncio.Future] = {}
-    kept = JsonVerdictStore(config.grade_cache, GradeResult) if config.grade_cache and config.reuse_grades else None
-    settings = grading_settings(config.grading)
-    ran: list[str] = []
-
-    def graded(task: Task, patch: str, digest: str, image: str, sample: int) -> GradeResult:
-        key = content_key("swerl-grade-v1", task, image, digest, settings)
-        if kept is not None and (hit := kept.get(key)) is not None:
-            return hit
-        ran.append(task.instance_id)
-        result = grade_prediction(task, patch, image, config.grading, model_name=config.model_name or agent.engine.name,
-                                  log_subdir=f"sample-{sample}")
-        if kept is not None and not result.is_infra_error:  # an infrastructure failure says nothing about the patch
-            kept.put(key, result)
-        return result
-
-    async def grade(task: Task, patch: str, image: str, sample: int) -> GradeResult:
-        digest = hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()
-        known = verdicts.get((task.instance_id, digest))
-        stale = known is not None and known.done() and (known.exception() is not None or known.result().is_infra_error)
-        if not config.reuse_grades or known is None or stale:
-            known = verdicts[(task.instance_id, digest)] = asyncio.ensure_future(
-                asyncio.to_thread(graded, task, patch, digest, image, sample))
-        return await asyncio.shield(known)
-
+    grades = _Grades(config, agent)
     retried: list[str] = []
 
     async def one(task: Task, sample: int) -> None:
         for attempt in range(config.host_lost_retries + 1):
             async with slots:
-                traj, host_lost = await _run_one(task, sample, images.get(task.instance_id), agent, config, grade)
+                traj, host_lost = await _run_one(task, sample, images.get(task.instance_id), agent, config, grades.grade)
             if not host_lost or attempt == config.host_lost_retries:
                 break
             retried.append(traj.trajectory_id)  # the lost attempt is dropped: its sandbox's host is gone, so is its run
@@ -154,24 +192,7 @@ async def run_rollouts(
             on_done(traj)
 
     await asyncio.gather(*(one(t, i) for t, i in pending))
-    reasons = Counter(t.exit_reason.value for t in produced)
-    return RolloutSummary(
-        total=len(tasks) * config.samples,
-        skipped=len(tasks) * config.samples - len(pending),
-        produced=len(produced),
-        exit_reasons=dict(sorted(reasons.items())),
-        infra_failed=sum(1 for t in produced if t.infra_failed),
-        host_lost_retried=len(retried),
-        resolved=sum(1 for t in produced if t.resolved),
-        graded=sum(1 for t in produced if t.resolved is not None),
-        grades_run=len(ran),
-        generation_s=sum(t.generation_s for t in produced),
-        environment_s=sum(t.environment_s for t in produced),
-        sandbox_s=sum(t.sandbox_s for t in produced),
-        wall_s=time.monotonic() - start,
-        action_tokens=sum(t.n_action_tokens for t in produced),
-        store=str(store.directory),
-    )
+    return _summary(tasks, config, len(pending), produced, len(retried), len(grades.ran), start, store)
 
 
 async def _run_one(task: Task, sample: int, image: str | None, agent: Agent, config: RolloutConfig,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swerl.train import TrainBatch, TrainerConfig, latest_checkpoint, make_trainer, step_dir
+from swerl.train import Trainer, TrainBatch, TrainerConfig, latest_checkpoint, make_trainer, step_dir
 from swerl.train.checkpoint import read_state, step_checkpoints
 
 RUN_FILE = "run.json"
@@ -101,6 +101,110 @@ def _prune(out: Path, keep_last: int) -> None:
         shutil.rmtree(p)
 
 
+@dataclass
+class _Cursor:
+    """Where the run is in its data, and the current epoch's approx_kl so far (for target_kl)."""
+
+    epoch: int = 0
+    next_batch: int = 0
+    kl_sum: float = 0.0
+    kl_steps: int = 0
+
+
+@dataclass
+class _Plan:
+    """What ``train_run`` was asked for, as its steps need it."""
+
+    out: Path
+    epochs: int
+    total: int
+    writer: bool
+    iteration: int
+    extra_metrics: Mapping[str, float] | None
+    keep_last: int
+    save_every: int
+    on_step: Callable[[dict[str, Any]], None] | None
+    target_kl: float | None
+
+
+def _resume_cursor(resumed: Path | None, epochs: int) -> tuple[_Cursor, int, float | None]:
+    """``(cursor, steps done, stopped_kl)`` of the checkpoint ``resumed``; the run's start when there is none."""
+    if resumed is None:
+        return _Cursor(), 0, None
+    state = read_state(resumed)
+    position = state["data_position"]
+    cursor = _Cursor(int(position.get("epoch", 0)), int(position.get("next_batch", 0)))
+    done = int(state["step"])
+    stopped_kl = position.get("stopped_kl")
+    if stopped_kl is not None:  # ended at target_kl: finished, whatever the epoch count
+        cursor.epoch = epochs
+    # the epoch's approx_kl so far is kept in the position, so target_kl sees the whole epoch across a resume
+    cursor.kl_sum, cursor.kl_steps = float(position.get("kl_sum", 0.0)), int(position.get("kl_steps", 0))
+    return cursor, done, stopped_kl
+
+
+def _position_after_step(cursor: _Cursor, approx_kl: Any, epoch_len: int, epochs: int,
+                         target_kl: float | None) -> tuple[dict[str, Any], float | None]:
+    """Count the step at ``cursor`` into its epoch's approx_kl; return the data position to checkpoint after
+    it, and the epoch's mean approx_kl when that ends the run at ``target_kl`` (else None)."""
+    if approx_kl is not None:
+        cursor.kl_sum, cursor.kl_steps = cursor.kl_sum + float(approx_kl), cursor.kl_steps + 1
+    position: dict[str, Any] = {"epoch": cursor.epoch, "next_batch": cursor.next_batch + 1}
+    if target_kl is not None:
+        position.update(kl_sum=cursor.kl_sum, kl_steps=cursor.kl_steps)
+    stopped_kl = None
+    if cursor.next_batch + 1 == epoch_len:
+        position = {"epoch": cursor.epoch + 1, "next_batch": 0}
+        # one step's approx_kl is noisy (a batch can hold a few far-off sequences); an epoch's mean is not
+        mean_kl = cursor.kl_sum / cursor.kl_steps if cursor.kl_steps else None
+        if target_kl is not None and mean_kl is not None and mean_kl > target_kl and cursor.epoch + 1 < epochs:
+            stopped_kl = mean_kl
+            position = {"epoch": epochs, "next_batch": 0, "stopped_kl": mean_kl}
+        cursor.kl_sum, cursor.kl_steps = 0.0, 0
+    return position, stopped_kl
+
+
+def _take_step(trainer: Trainer, batch: TrainBatch, epoch_len: int, cursor: _Cursor, plan: _Plan, result: RunResult) -> None:
+    """One optimiser step on ``batch``: its metrics line, its checkpoint when one is due, ``on_step``."""
+    metrics = trainer.train_step(batch)
+    position, stopped_kl = _position_after_step(cursor, metrics.get("approx_kl"), epoch_len, plan.epochs, plan.target_kl)
+    if stopped_kl is not None:
+        result.stopped_kl = stopped_kl
+    record = {**metrics, **(plan.extra_metrics or {}), "step": trainer.step, "epoch": cursor.epoch,
+              "batch": cursor.next_batch, "sequences": len(batch), "iteration": plan.iteration, "time": time.time()}
+    if plan.writer:
+        with (plan.out / METRICS_FILE).open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+    if trainer.step % plan.save_every == 0 or trainer.step >= plan.total or result.stopped_kl is not None:
+        trainer.save(step_dir(plan.out, trainer.step), iteration=plan.iteration, data_position=position)
+        if plan.writer:
+            _prune(plan.out, plan.keep_last)
+    result.metrics.append(record)
+    result.new_steps += 1
+    if plan.on_step:
+        plan.on_step(record)
+
+
+def _train_epochs(model: str | Path, config: TrainerConfig, resumed: Path | None, batches: Callable[[int], list[TrainBatch]],
+                  cursor: _Cursor, plan: _Plan, result: RunResult) -> None:
+    """Train from ``cursor`` to the last epoch (or the target_kl stop) in one trainer, closed on the way out."""
+    trainer = make_trainer(model, config)
+    try:
+        if resumed is not None:
+            trainer.load(resumed)
+        if plan.writer:  # lines of steps after the last checkpoint (or before the first) are redone
+            _truncate_metrics(plan.out, trainer.step)
+        while cursor.epoch < plan.epochs:
+            epoch_rows = batches(cursor.epoch)
+            while cursor.next_batch < len(epoch_rows):
+                _take_step(trainer, epoch_rows[cursor.next_batch], len(epoch_rows), cursor, plan, result)
+                cursor.next_batch += 1
+            cursor.epoch, cursor.next_batch = (plan.epochs if result.stopped_kl is not None else cursor.epoch + 1), 0
+        result.steps = trainer.step
+    finally:
+        trainer.close()
+
+
 def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Callable[[int], list[TrainBatch]],
               epochs: int, steps_per_epoch: int, *, spec: Mapping[str, Any], iteration: int = 0,
               extra_metrics: Mapping[str, float] | None = None, keep_last: int = 0, save_every: int = 1,
@@ -128,62 +232,13 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
     writer = _rank0()
     _check_run(out, {**spec, "epochs": epochs, "steps_per_epoch": steps_per_epoch}, writer)
     resumed = latest_checkpoint(out)
-    epoch, next_batch, done, stopped_kl = 0, 0, 0, None
-    kl_sum, kl_steps = 0.0, 0  # the epoch's approx_kl so far, for target_kl (kept in the position across a resume)
-    if resumed is not None:
-        state = read_state(resumed)
-        position = state["data_position"]
-        epoch, next_batch, done = int(position.get("epoch", 0)), int(position.get("next_batch", 0)), int(state["step"])
-        stopped_kl = position.get("stopped_kl")
-        if stopped_kl is not None:  # ended at target_kl: finished, whatever the epoch count
-            epoch = epochs
-        kl_sum, kl_steps = float(position.get("kl_sum", 0.0)), int(position.get("kl_steps", 0))
+    cursor, done, stopped_kl = _resume_cursor(resumed, epochs)
     if on_start:
         on_start(done, total)
     result = RunResult(out, done, 0, resumed, None, stopped_kl=stopped_kl)
-    if epoch < epochs:
-        trainer = make_trainer(model, config)
-        try:
-            if resumed is not None:
-                trainer.load(resumed)
-            if writer:  # lines of steps after the last checkpoint (or before the first) are redone
-                _truncate_metrics(out, trainer.step)
-            while epoch < epochs:
-                epoch_rows = batches(epoch)
-                while next_batch < len(epoch_rows):
-                    batch = epoch_rows[next_batch]
-                    metrics = trainer.train_step(batch)
-                    if metrics.get("approx_kl") is not None:
-                        kl_sum, kl_steps = kl_sum + float(metrics["approx_kl"]), kl_steps + 1
-                    position = {"epoch": epoch, "next_batch": next_batch + 1}
-                    if target_kl is not None:
-                        position.update(kl_sum=kl_sum, kl_steps=kl_steps)
-                    if next_batch + 1 == len(epoch_rows):
-                        position = {"epoch": epoch + 1, "next_batch": 0}
-                        # one step's approx_kl is noisy (a batch can hold a few far-off sequences); an epoch's mean is not
-                        mean_kl = kl_sum / kl_steps if kl_steps else None
-                        if target_kl is not None and mean_kl is not None and mean_kl > target_kl and epoch + 1 < epochs:
-                            result.stopped_kl = mean_kl
-                            position = {"epoch": epochs, "next_batch": 0, "stopped_kl": mean_kl}
-                        kl_sum, kl_steps = 0.0, 0
-                    record = {**metrics, **(extra_metrics or {}), "step": trainer.step, "epoch": epoch,
-                              "batch": next_batch, "sequences": len(batch), "iteration": iteration, "time": time.time()}
-                    if writer:
-                        with (out / METRICS_FILE).open("a", encoding="utf-8") as f:
-                            f.write(json.dumps(record) + "\n")
-                    if trainer.step % save_every == 0 or trainer.step >= total or result.stopped_kl is not None:
-                        trainer.save(step_dir(out, trainer.step), iteration=iteration, data_position=position)
-                        if writer:
-                            _prune(out, keep_last)
-                    result.metrics.append(record)
-                    result.new_steps += 1
-                    if on_step:
-                        on_step(record)
-                    next_batch += 1
-                epoch, next_batch = (epochs if result.stopped_kl is not None else epoch + 1), 0
-            result.steps = trainer.step
-        finally:
-            trainer.close()
+    if cursor.epoch < epochs:
+        plan = _Plan(out, epochs, total, writer, iteration, extra_metrics, keep_last, save_every, on_step, target_kl)
+        _train_epochs(model, config, resumed, batches, cursor, plan, result)
     last = latest_checkpoint(out)
     if last is not None and (result.steps >= total or result.stopped_kl is not None):
         result.final = _link_final(out, last) if writer else out / FINAL

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from swerl.rl.loss import clipped_objective, dapo_loss
+from swerl.rl.loss import clipped_objective, dapo_loss, neg_capped
 
 EPS_LOW, EPS_HIGH = 0.2, 0.3  # the paper's stage 1: rho is clipped to [0.8, 1.3]
 
@@ -181,3 +181,10 @@ def test_kl_coef_of_zero_is_the_papers_loss_bit_for_bit():
     new, old, adv, mask = five_cases()
     loss, metrics = dapo_loss(new, old, adv, mask, EPS_LOW, EPS_HIGH, kl_coef=0.0)
     assert torch.equal(loss, dapo_loss(new, old, adv, mask, EPS_LOW, EPS_HIGH)[0]) and "ref_kl" not in metrics
+
+
+def test_neg_capped_marks_only_sure_action_tokens_of_negative_advantage():
+    old = torch.log(torch.tensor([[0.9, 0.3, 0.9], [0.9, 0.9, 0.3]]))
+    adv = torch.tensor([[-1.0], [1.0]]).expand(2, 3)
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    assert neg_capped(mask, adv, old, 0.5).tolist() == [[True, False, False], [False, False, False]]

@@ -104,3 +104,26 @@ def test_a_rerun_of_a_run_stopped_at_target_kl_finds_it_finished(tiny_model_dir,
 
 def test_no_target_kl_runs_every_epoch(uninterrupted):
     assert [(m["epoch"], m["batch"]) for m in uninterrupted] == [(e, b) for e in range(EPOCHS) for b in range(BATCHES)]
+
+
+def test_the_position_after_a_step_inside_an_epoch_carries_its_approx_kl_only_under_target_kl():
+    from swerl.train.run import _Cursor, _position_after_step
+
+    cursor = _Cursor(epoch=1, next_batch=0)
+    assert _position_after_step(cursor, 0.5, 3, EPOCHS, None) == ({"epoch": 1, "next_batch": 1}, None)
+    cursor.next_batch = 1
+    assert _position_after_step(cursor, None, 3, EPOCHS, 9.0) == (
+        {"epoch": 1, "next_batch": 2, "kl_sum": 0.5, "kl_steps": 1}, None)  # a step without approx_kl counts for nothing
+
+
+def test_the_last_step_of_an_epoch_stops_the_run_when_the_epoch_s_mean_approx_kl_passes_target_kl():
+    from swerl.train.run import _Cursor, _position_after_step
+
+    cursor = _Cursor(epoch=0, next_batch=2, kl_sum=0.1, kl_steps=2)
+    assert _position_after_step(cursor, 0.4, 3, EPOCHS, 0.1) == ({"epoch": EPOCHS, "next_batch": 0, "stopped_kl": 0.5 / 3},
+                                                                 0.5 / 3)
+    assert (cursor.kl_sum, cursor.kl_steps) == (0.0, 0)  # the next epoch is measured afresh
+    below = _Cursor(epoch=0, next_batch=2, kl_sum=0.1, kl_steps=2)
+    assert _position_after_step(below, 0.4, 3, EPOCHS, 1.0) == ({"epoch": 1, "next_batch": 0}, None)
+    last = _Cursor(epoch=EPOCHS - 1, next_batch=2, kl_sum=0.1, kl_steps=2)  # the last epoch ends the run anyway
+    assert _position_after_step(last, 0.4, 3, EPOCHS, 0.1) == ({"epoch": EPOCHS, "next_batch": 0}, None)
