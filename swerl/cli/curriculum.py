@@ -8,13 +8,10 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from swerl.cli import _fail, app, console
-
-curriculum_app = typer.Typer(no_args_is_help=True, help="Generated one-bug tasks: warmup, train and held-out splits.")
-app.add_typer(curriculum_app, name="curriculum")
+from swerl.cli.common import fail, console
 
 
-@curriculum_app.command("generate")
+
 def generate(
     out: Path = typer.Option(..., "--out", help="Folder for repos/, warmup.jsonl, train.jsonl, heldout.jsonl, curriculum.json."),
     seed: int = typer.Option(0, "--seed", help="Seed: the same seed writes byte-identical files."),
@@ -30,13 +27,13 @@ def generate(
     from swerl.curriculum import SPLITS, CurriculumConfig, generate_curriculum
 
     if out.exists() and not out.is_dir():
-        _fail(f"--out {out} is a file, not a folder; choose a folder")
+        fail(f"--out {out} is a file, not a folder; choose a folder")
     try:
         config = CurriculumConfig(seed=seed, warmup=warmup, train=train, heldout=heldout, bug_kinds=bug_kind or None,
                                   name_file=name_file)
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'options'}: {err['msg']}" for err in e.errors())
-        _fail(f"bad curriculum options: {problems}")
+        fail(f"bad curriculum options: {problems}")
     result = generate_curriculum(out, config)
 
     table = Table("bug kind", *SPLITS)

@@ -7,10 +7,9 @@ from typing import Optional
 
 import typer
 
-from swerl.cli import _docker_ready, _fail, console, demo_app
+from swerl.cli.common import docker_ready, fail, console
 
 
-@demo_app.command("swebench")
 def demo_swebench(
     out: Path = typer.Option(Path(".swerl/demo-swebench"), "--out", help="Folder for swebench.jsonl, repos/ and tasks.jsonl."),
     eval_type: str = typer.Option("pass_and_fail", "--eval-type", help="'pass_and_fail', or 'fail_only' (a listed test "
@@ -28,14 +27,14 @@ def demo_swebench(
     from swerl.demo.swebench_records import EVAL_TYPES
 
     if eval_type not in EVAL_TYPES:
-        _fail(f"--eval-type must be one of {', '.join(EVAL_TYPES)}, got {eval_type!r}")
+        fail(f"--eval-type must be one of {', '.join(EVAL_TYPES)}, got {eval_type!r}")
     if out.exists() and not out.is_dir():
-        _fail(f"--out {out} is a file, not a folder; choose a folder")
-    _docker_ready()
+        fail(f"--out {out} is a file, not a folder; choose a folder")
+    docker_ready()
     try:
         path = materialize_swebench_demo(out, eval_type=eval_type, log_parser=log_parser, slugs=slug, log_dir=log_dir,
                                          ca_certs=ca_cert, max_parallel=concurrency, force=force)
     except (ValueError, RuntimeError, FileNotFoundError) as e:
-        _fail(str(e), code=1)
+        fail(str(e), code=1)
     rows = sum(1 for line in path.read_text().splitlines() if line.strip())
     console.print(f"{rows} SWE-bench 5 record(s): --tasks {path}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from swerl.cli import _fail, app
+from swerl.cli.common import fail
 
 IntervalOpt = typer.Option(5.0, "--interval", min=0.5, help="Seconds between polls of the Prefect API.")
 
@@ -45,13 +45,13 @@ def require_api(home: Path = Path(".swerl/services")) -> str:
 
         url = PREFECT_API_URL.value()  # a Prefect profile may name one
     if not url:
-        _fail(f"no Prefect server to follow: PREFECT_API_URL is not set and `swerl up` runs none in "
+        fail(f"no Prefect server to follow: PREFECT_API_URL is not set and `swerl up` runs none in "
               f"{os.path.abspath(home)}; start one with `swerl up` (or give its --home), or export the server's URL, "
               "e.g. PREFECT_API_URL=http://127.0.0.1:4200/api")
     try:
         httpx.get(f"{url.rstrip('/')}/health", timeout=HEALTH_TIMEOUT_S).raise_for_status()
     except httpx.HTTPError as e:
-        _fail(f"the Prefect server at {url} does not answer ({type(e).__name__}: {e}); is it running? `swerl status` "
+        fail(f"the Prefect server at {url} does not answer ({type(e).__name__}: {e}); is it running? `swerl status` "
               "shows the stack `swerl up` started")
     return url
 
@@ -64,7 +64,6 @@ def follow_to_the_end(flow_run_id: uuid.UUID, interval: float) -> None:
     raise typer.Exit(0 if final.state_type == "COMPLETED" else 1)
 
 
-@app.command("follow")
 def follow_cmd(flow_run_id: str = typer.Argument(..., help="The flow run's id (`prefect deployment run` prints it)."),
                interval: float = IntervalOpt, home: Path = HomeOpt) -> None:
     """Follow a flow run: a line per stage and per state change, each stage's result; when it fails, the end of
@@ -73,6 +72,6 @@ def follow_cmd(flow_run_id: str = typer.Argument(..., help="The flow run's id (`
     try:
         run_id = uuid.UUID(flow_run_id)
     except ValueError:
-        _fail(f"{flow_run_id!r} is not a flow run id (a UUID)")
+        fail(f"{flow_run_id!r} is not a flow run id (a UUID)")
     require_api(home)
     follow_to_the_end(run_id, interval)

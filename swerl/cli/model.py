@@ -9,11 +9,9 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-model_app = typer.Typer(no_args_is_help=True, help="Policies: make a tiny default model.")
 console = Console(stderr=True, soft_wrap=True)
 
 
-@model_app.command("init-tiny")
 def init_tiny_cmd(
     out: Path = typer.Option(..., "--out", help="Folder for the model, tokenizer and chat template."),
     seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Seed for the random weights (default 0)."),
@@ -42,7 +40,6 @@ def init_tiny_cmd(
     console.print(f"tiny model: {card['parameters']:,} parameters, vocab {card['vocab_size']}, in {out}")
 
 
-@model_app.command("ship")
 def ship_cmd(
     run: Path = typer.Option(..., "--run", help="Pipeline run folder whose warm-start checkpoint to ship (RUN_ROOT/NAME)."),
     out: Path = typer.Option(..., "--out", help="Folder in the repository for the shipped policy (replaced whole)."),

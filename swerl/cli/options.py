@@ -38,14 +38,14 @@ def field_option(model: type[BaseModel], name: str, *flags: str, default: Any = 
 
 def validated(cls: type[M], what: str, **values: Any) -> M:
     """``cls(**values)``, or exit 2 naming each refused setting and why (cross-field rules included)."""
-    from swerl.cli import _fail
+    from swerl.cli.common import fail
 
     try:
         return cls(**values)
     except ValidationError as e:
         errors = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or cls.__name__}: {err['msg']}" for err in e.errors())
-        _fail(f"invalid {what} settings: {errors}")
-        raise  # unreachable: _fail exits
+        fail(f"invalid {what} settings: {errors}")
+        raise  # unreachable: fail exits
 
 
 # ---------------------------------------------------------------------------- a model's fields as options

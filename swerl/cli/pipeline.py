@@ -9,18 +9,16 @@ from typing import Optional
 
 import typer
 
-from swerl.cli import _fail, app, console
+from swerl.cli.common import fail, console
 
 DEPLOYMENTS = Path("deployments/prefect.yaml")
-pipeline_app = typer.Typer(no_args_is_help=True, help="The whole loop: images, RFT, DAPO iterations, evaluations.")
-app.add_typer(pipeline_app, name="pipeline")
 
 
 def _read_params(path: Path) -> dict:
     import yaml
 
     if not path.is_file():
-        _fail(f"--params {path}: no such file")
+        fail(f"--params {path}: no such file")
     text = path.read_text(encoding="utf-8")
     return (json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)) or {}
 
@@ -33,7 +31,7 @@ def _validated(data: dict):
     try:
         return PipelineParams.model_validate(data or {})
     except ValidationError as e:
-        _fail(f"invalid pipeline parameters: {e}")
+        fail(f"invalid pipeline parameters: {e}")
 
 
 def _deployment_params(path: Path, deployment: str) -> dict:
@@ -43,11 +41,10 @@ def _deployment_params(path: Path, deployment: str) -> dict:
     for d in spec.get("deployments") or []:
         if d.get("name") == deployment:
             return (d.get("parameters") or {}).get("params") or {}
-    _fail(f"{path} has no deployment named {deployment!r}")
+    fail(f"{path} has no deployment named {deployment!r}")
     return {}
 
 
-@pipeline_app.command("run")
 def run(
     params: Optional[Path] = typer.Option(None, "--params", help="PipelineParams as JSON or YAML (default: the `pipeline` "
                                           "deployment's parameters in deployments/prefect.yaml, the embedded default)."),
@@ -74,10 +71,9 @@ def run(
     console.print(f"pipeline {p.name}: run folder {p.run_dir}")
     state = pipeline(p, return_state=True)
     if not state.is_completed():
-        _fail(f"pipeline {p.name} ended {state.type.value}: {state.message}", code=1)
+        fail(f"pipeline {p.name} ended {state.type.value}: {state.message}", code=1)
 
 
-@pipeline_app.command("start")
 def start(
     deployment: str = typer.Option("pipeline/pipeline", "--deployment", help="FLOW/DEPLOYMENT to run (`prefect deploy` made it)."),
     params: Optional[Path] = typer.Option(None, "--params", help="PipelineParams as JSON or YAML (default: the deployment's)."),
@@ -108,7 +104,7 @@ async def _create_run(deployment: str, overrides: dict | None, name: str | None)
         try:
             found = await client.read_deployment_by_name(deployment)
         except ObjectNotFound:
-            _fail(f"no deployment {deployment!r} on the server: run `prefect --no-prompt deploy --all --prefect-file "
+            fail(f"no deployment {deployment!r} on the server: run `prefect --no-prompt deploy --all --prefect-file "
                   f"{DEPLOYMENTS}` first")
         data = dict(overrides if overrides is not None else (found.parameters or {}).get("params") or {})
         if name:

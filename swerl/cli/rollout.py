@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from swerl.agent.loop import AgentConfig
-from swerl.cli import CaOpt, LogDirOpt, ReposOpt, SkipOpt, TasksOpt, _docker_ready, _fail, app, console
+from swerl.cli.common import CaOpt, LogDirOpt, ReposOpt, SkipOpt, TasksOpt, docker_ready, fail, console
 from swerl.cli.options import OptionGroup, config_options, field_option, validated
 from swerl.cli.progress import bar
 from swerl.envs.docker_sandbox import DockerSandboxConfig
@@ -47,7 +47,7 @@ def _stage(tasks: Path, model: str, samples: int, out: Path, repos: Optional[Pat
     stage = validated(RolloutStage, "rollout", tasks=tasks, repos=repos, ca_certs=ca_cert, model=model, samples=samples,
                       out=out, seed=seed, tokenizer=tokenizer, grade=grade, policy_version=policy_version, log_dir=log_dir,
                       skip_invalid=skip_invalid, sampler=sampler)
-    _docker_ready()
+    docker_ready()
     return stage
 
 
@@ -76,7 +76,7 @@ def _run(stage, evaluate: bool):
             else:
                 report, result = None, run_rollout(stage, on_done=done, on_start=start, on_build=built)
         except StageInputError as e:
-            _fail(str(e))
+            fail(str(e))
     summary = result.summary
     console.print(
         f"{summary.produced} new trajectories ({summary.skipped} already done): exits {summary.exit_reasons}; "
@@ -86,7 +86,6 @@ def _run(stage, evaluate: bool):
     return summary, report
 
 
-@app.command("rollout")
 @config_options(*COMPONENTS)
 def rollout_cmd(
     tasks: Path = TasksOpt, model: str = ModelOpt,
@@ -106,7 +105,6 @@ def rollout_cmd(
     raise typer.Exit(1 if summary.exit_reasons.get("error") else 0)
 
 
-@app.command("eval")
 @config_options(*COMPONENTS)
 def eval_cmd(
     tasks: Path = TasksOpt, model: str = ModelOpt,

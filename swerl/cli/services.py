@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from swerl.cli import _fail, app, console
+from swerl.cli.common import fail, console
 
 HomeOpt = typer.Option(Path(".swerl/services"), "--home",
                        help="Folder of the stack: pid files, logs, SQLite databases or the PostgreSQL cluster.")
@@ -39,7 +39,7 @@ def _invalid(e: ValidationError) -> None:
         field = str(err["loc"][0])
         return f"{_OPTION.get(field, '--' + field.replace('_', '-'))} {_shown(field, err.get('input'))}: {err['msg']}"
 
-    _fail("; ".join(one(err) for err in e.errors()))
+    fail("; ".join(one(err) for err in e.errors()))
 
 
 def _show(statuses, config) -> None:
@@ -63,7 +63,6 @@ def _show(statuses, config) -> None:
     typer.echo("export " + " ".join(f"{k}={v}" for k, v in env(config).items()))
 
 
-@app.command("up")
 def up_command(
     home: Path = HomeOpt,
     host: Optional[str] = typer.Option(None, "--host", help="Interface both servers bind (default 127.0.0.1)."),
@@ -101,11 +100,10 @@ def up_command(
     try:
         statuses = up(config)
     except ServicesError as e:
-        _fail(str(e), code=1)
+        fail(str(e), code=1)
     _show(statuses, config)
 
 
-@app.command("down")
 def down_command(home: Path = HomeOpt) -> None:
     """Stop the services `swerl up` started in --home."""
     from swerl.services import down, load_config
@@ -113,12 +111,11 @@ def down_command(home: Path = HomeOpt) -> None:
     try:
         config = load_config(home)
     except (ValueError, ValidationError) as e:
-        _fail(str(e))
+        fail(str(e))
     stopped = down(config)
     console.print(f"stopped {', '.join(stopped)}" if stopped else f"nothing was running in {config.home}")
 
 
-@app.command("status")
 def status_command(home: Path = HomeOpt) -> None:
     """Show each service's pid, URL and health; exit 1 when any is not healthy."""
     from swerl.services import load_config, status
@@ -126,7 +123,7 @@ def status_command(home: Path = HomeOpt) -> None:
     try:
         config = load_config(home)
     except (ValueError, ValidationError) as e:
-        _fail(str(e))
+        fail(str(e))
     statuses = status(config)
     _show(statuses, config)
     raise typer.Exit(0 if all(s.healthy for s in statuses) else 1)

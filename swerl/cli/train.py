@@ -16,7 +16,7 @@ from typing import Optional
 
 import typer
 
-from swerl.cli import _fail, console
+from swerl.cli.common import fail, console
 from swerl.cli.options import field_option, validated
 from swerl.cli.progress import bar
 from swerl.rl.rewards import RewardConfig
@@ -24,7 +24,6 @@ from swerl.rl.rft import RFTConfig
 from swerl.stages.train import DAPO_TRAIN, RFT_TRAIN, DAPOObjective, TrainCommon, TrainSettings
 from swerl.train.config import DeepSpeedTrainerConfig, LossConfig, OptimizerConfig, TorchTrainerConfig
 
-train_app = typer.Typer(no_args_is_help=True, help="Train the policy on stored trajectories: rft (rejection fine-tuning) or dapo (one RL update).")
 
 RFT = TrainSettings.model_validate(RFT_TRAIN)  # each command's defaults are its stage's preset
 DAPO = TrainSettings.model_validate(DAPO_TRAIN)
@@ -75,14 +74,13 @@ def _run_stage(fn, stage) -> None:
         try:
             result = fn(stage, on_start=on_start, on_step=on_step, on_data=console.print)
         except StageInputError as e:
-            _fail(str(e))
+            fail(str(e))
     last = result.metrics[-1] if result.metrics else None
     tail = f"; last loss {last['loss']:.4g}" if last else ""
     console.print(f"{result.new_steps} new step(s), {result.steps} in all{tail}; checkpoints in {stage.out}"
                   + (f"; final: {result.final}" if result.final else ""))
 
 
-@train_app.command("rft")
 def rft(
     trajectories: list[Path] = TrajOpt, model: str = ModelOpt, out: Path = OutOpt,
     epochs: int = field_option(TrainSettings, "epochs", "--epochs", default=RFT.epochs),
@@ -112,7 +110,6 @@ def rft(
         mask_format_errors=mask_format_errors, max_per_task=max_per_task))
 
 
-@train_app.command("dapo")
 def dapo(
     trajectories: list[Path] = TrajOpt, model: str = ModelOpt, out: Path = OutOpt,
     rewards: Optional[Path] = field_option(

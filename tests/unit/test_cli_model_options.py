@@ -65,7 +65,7 @@ def test_the_components_flags_are_the_field_names():
 
 @pytest.mark.parametrize("group", cli_rollout.COMPONENTS, ids=lambda g: g.name)
 def test_a_value_out_of_bounds_is_refused_naming_the_field_before_docker(group, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli_rollout, "_docker_ready", lambda: pytest.fail("Docker was asked before the settings were checked"))
+    monkeypatch.setattr(cli_rollout, "docker_ready", lambda: pytest.fail("Docker was asked before the settings were checked"))
     where = {"sampler": "", "agent": "agent.", "sampling": "sampling.", "sandbox": "sandbox.docker.",
              "grading": "grading."}[group.name]
     checked = 0
@@ -88,7 +88,7 @@ def test_a_value_left_out_keeps_the_models_default_and_stays_unset(tmp_path, mon
         seen["stage"] = stage
         raise typer.Exit(0)
 
-    monkeypatch.setattr(cli_rollout, "_docker_ready", lambda: None)
+    monkeypatch.setattr(cli_rollout, "docker_ready", lambda: None)
     monkeypatch.setattr(cli_rollout, "_run", run)
     result = CliRunner().invoke(app, ["rollout", "--tasks", "t.jsonl", "--model", "m", "--out", "o", "--max-turns", "7",
                                       "--no-collect-patch-on-exit", "--sandbox-network", "--stop-token-ids", "3",

@@ -99,7 +99,7 @@ def test_the_rollout_command_refuses_a_reply_longer_than_its_context_before_any_
     import swerl.cli.rollout as cli_rollout
     from swerl.cli import app
 
-    monkeypatch.setattr(cli_rollout, "_docker_ready", lambda: pytest.fail("Docker was asked before the settings were checked"))
+    monkeypatch.setattr(cli_rollout, "docker_ready", lambda: pytest.fail("Docker was asked before the settings were checked"))
     result = CliRunner().invoke(app, ["rollout", "--tasks", str(tmp_path / "t.jsonl"), "--model", "m", "--out",
                                       str(tmp_path / "out"), "--max-context", "512", "--max-new-tokens", "512"])
     assert result.exit_code == 2
