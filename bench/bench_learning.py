@@ -256,14 +256,14 @@ def main() -> None:
             data.update({"model": shared_start, "warm_start": None})
         params = PipelineParams.model_validate(data)
         t0 = time.monotonic()
-        summary = pipeline(params)
+        summary = pipeline(params).model_dump(mode="json")
         results[seed] = {"dapo": summary, "wall": time.monotonic() - t0}
         warm_policy = params.run_dir / "warm-start" / "train" / "final"
         if args.shared_start and shared_start is None and warm_policy.is_dir():
             shared_start = str(warm_policy.resolve())
         for key in args.ablations:
             t0 = time.monotonic()
-            results[seed].setdefault("ablations", {})[key] = pipeline(ablation(params, key))
+            results[seed].setdefault("ablations", {})[key] = pipeline(ablation(params, key)).model_dump(mode="json")
             results[seed].setdefault("ablation_wall", {})[key] = time.monotonic() - t0
     load = os.getloadavg()
     print(f"held-out Pass@1 (mean ± SEM over runs) per stage; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")

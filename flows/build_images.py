@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow
 
 from flows._hooks import HOOKS
 from swerl.orchestration.inputs import task_inputs
 from swerl.orchestration.params import BuildImagesParams
+from swerl.orchestration.results import ImagesBuilt
 from swerl.stages.images import ImagesStage
 from tasks.images import build_images_task, validate_tasks_task
 
 
 @flow(name="build_images", log_prints=True, **HOOKS)
-def build_images(params: BuildImagesParams = BuildImagesParams()) -> dict[str, Any]:
+def build_images(params: BuildImagesParams = BuildImagesParams()) -> ImagesBuilt:
     """Build base, environment and instance images; write the task -> image manifest.
 
     Args:
@@ -25,14 +24,14 @@ def build_images(params: BuildImagesParams = BuildImagesParams()) -> dict[str, A
     tasks, repos = task_inputs(params.tasks, params.repos)
     result = build_images_task(ImagesStage(tasks=tasks, repos=repos, ca_certs=params.ca_certs, concurrency=params.concurrency,
                                            manifest=params.manifest))
-    out: dict[str, Any] = {"manifest": str(result.manifest), "ready": result.ready, "cached": result.cached}
+    out = ImagesBuilt(manifest=result.manifest, ready=result.ready, cached=result.cached)
     if params.validate_runs:
-        out["validation"] = validate_tasks_task(tasks, result.manifest, params.validate_runs,
+        out.validation = validate_tasks_task(tasks, result.manifest, params.validate_runs,
                                                 params.manifest.with_name("validation.json"), params.concurrency)
     create_markdown_artifact(
         key="images", description="Environment images",
         markdown=f"**{result.ready}** image(s) ready ({result.cached} cached) for `{tasks}`; manifest `{result.manifest}`"
-        + (f"; validation: {out['validation']['valid']}/{out['validation']['total']} valid" if "validation" in out else ""))
+        + (f"; validation: {out.validation.valid}/{out.validation.total} valid" if out.validation else ""))
     print(f"{result.ready} image(s) ready; manifest {result.manifest}")
     return out
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 from pathlib import Path
-from typing import Any
 
 from prefect import flow
 
@@ -16,6 +15,7 @@ from swerl.orchestration.follow import say
 from swerl.orchestration.inputs import task_inputs
 from swerl.orchestration.metrics import eval_metrics, prefixed
 from swerl.orchestration.params import EvaluateParams
+from swerl.orchestration.results import Evaluation
 from swerl.orchestration.summary import plural, promotion_words
 from tasks import tracking as tr
 from tasks.rollout import evaluate_task
@@ -27,7 +27,7 @@ def _label(model: str) -> str:
 
 # a scheduled run is named for the policy it scores (Prefect formats the name with the run's parameters)
 @flow(name="evaluate", flow_run_name="evaluate-{params.model}", log_prints=True, **HOOKS)
-def evaluate(params: EvaluateParams = EvaluateParams()) -> dict[str, Any]:
+def evaluate(params: EvaluateParams = EvaluateParams()) -> Evaluation:
     """Pass@1 (mean ± SEM over k runs) and Pass@k of one policy, recorded in MLflow; may move `champion`.
 
     Args:
@@ -40,7 +40,7 @@ def evaluate(params: EvaluateParams = EvaluateParams()) -> dict[str, Any]:
 @flow(name="evaluate", log_prints=True, **HOOKS)
 def evaluate_stage(params: EvaluateParams = EvaluateParams(), parent_run_id: str | None = None, stage: str | None = None,
                    step: int | None = None, out: Path | None = None, container_label: str | None = None,
-                   policy_version: str | None = None) -> dict[str, Any]:
+                   policy_version: str | None = None) -> Evaluation:
     """Evaluate ``params.model`` on ``params.tasks``; record metrics in MLflow and a Prefect artifact.
 
     Standalone (a UI run, the nightly schedule) it writes ``OUT/<label>-<UTC time>-<flow run id>/``; in a
@@ -53,7 +53,7 @@ def evaluate_stage(params: EvaluateParams = EvaluateParams(), parent_run_id: str
 
     tasks, repos = task_inputs(params.tasks, params.repos)
     policy = tr.resolve_policy(params.tracking, params.model)
-    require_model(policy["path"])  # before an MLflow run or a logged model exists for it
+    require_model(policy.path)  # before an MLflow run or a logged model exists for it
     label = stage or f"evaluate-{_label(params.model)}"
     from prefect.runtime import flow_run
 
@@ -61,45 +61,39 @@ def evaluate_stage(params: EvaluateParams = EvaluateParams(), parent_run_id: str
     stamp = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-{str(flow_run.id or '')[:8]}".rstrip("-")
     folder = out or params.out / f"{_label(params.model)}-{stamp}"
     run_id = tr.stage_run(params.tracking, parent_run_id, label, standalone_id=f"evaluate {folder.name}",
-                          params={"model": params.model, "checkpoint": policy["path"], "runs": params.runs, "tasks": str(tasks)})
-    model_id = tr.link_policy(params.tracking, run_id, policy["path"], policy["registered_version"])
+                          params={"model": params.model, "checkpoint": policy.path, "runs": params.runs, "tasks": str(tasks)})
+    model_id = tr.link_policy(params.tracking, run_id, policy.path, policy.registered_version)
     from flows.rollout import rollout_stage
 
-    stage_cfg = rollout_stage(tasks=tasks, repos=repos, model=policy["path"], out=folder, samples=params.runs, seed=params.seed,
-                              policy_version=policy_version or policy["policy_version"], sampler=params.sampler,
+    stage_cfg = rollout_stage(tasks=tasks, repos=repos, model=policy.path, out=folder, samples=params.runs, seed=params.seed,
+                              policy_version=policy_version or policy.policy_version, sampler=params.sampler,
                               container_label=container_label)
     record = evaluate_task.with_options(timeout_seconds=params.sampler.chunk_timeout_s)(stage_cfg)
-    report = record["report"]
-    metrics = eval_metrics(tr_report(report))
+    report = record.report
+    metrics = eval_metrics(report)
     digests = tr.log_lineage(params.tracking, run_id, tasks=tasks, tasks_name="eval-tasks", tasks_context="evaluation",
-                             trajectories=Path(record["store"]), trajectories_name=f"{label}-trajectories",
-                             trajectories_context="evaluation", count=report["tasks"] * report["runs"])
+                             trajectories=record.store, trajectories_name=f"{label}-trajectories",
+                             trajectories_context="evaluation", count=report.tasks * report.runs)
     # standalone (the nightly run): at the step the scored checkpoint was made, so it lands on the pipeline's curve
-    at = step if step is not None else policy.get("step")
+    at = step if step is not None else policy.step
     tr.log_evaluation(params.tracking, run_id, model_id, prefixed("eval", metrics), step=at,
-                      dataset=("eval-tasks", digests["tasks"]), registered_version=policy["registered_version"],
-                      pass_at_1=report["pass_at_1"])
+                      dataset=("eval-tasks", digests.tasks), registered_version=policy.registered_version,
+                      pass_at_1=report.pass_at_1)
     promoted, before = None, (None, None)
-    if params.promote and policy["registered_version"]:
+    if params.promote and policy.registered_version:
         before = tr.champion_state(params.tracking)
-        promoted = tr.promote(params.tracking, policy["registered_version"], report["pass_at_1"], force=params.force_promote)
-    champion = promotion_words(params.promote, policy["registered_version"], report["pass_at_1"], before, promoted,
+        promoted = tr.promote(params.tracking, policy.registered_version, report.pass_at_1, force=params.force_promote)
+    champion = promotion_words(params.promote, policy.registered_version, report.pass_at_1, before, promoted,
                                params.force_promote)
-    tr.finish_run(params.tracking, run_id, summary={"eval": report, "checkpoint": policy["path"], "promoted": promoted})
-    rows = [{"k": int(k), "pass_at_k": round(v, 4)} for k, v in sorted(report["pass_at_k"].items(), key=lambda kv: int(kv[0]))]
+    tr.finish_run(params.tracking, run_id, summary={"eval": report.model_dump(mode="json"), "checkpoint": policy.path, "promoted": promoted})
+    rows = [{"k": int(k), "pass_at_k": round(v, 4)} for k, v in sorted(report.pass_at_k.items(), key=lambda kv: int(kv[0]))]
     create_table_artifact(key=artifact_key("eval", _label(label)), table=rows,
-                          description=f"Pass@k of {params.model} on {tasks} ({report['runs']} runs per task)")
-    score = pass_at_1_text(report["pass_at_1"], report["pass_at_1_sem"], report["runs"])
+                          description=f"Pass@k of {params.model} on {tasks} ({report.runs} runs per task)")
+    score = pass_at_1_text(report.pass_at_1, report.pass_at_1_sem, report.runs)
     create_markdown_artifact(
         key="evaluation", description="Latest evaluation",
-        markdown=f"**{params.model}** (`{policy['path']}`): Pass@1 = **{score}** "
-                 f"over {report['runs']} runs of {report['tasks']} tasks; MLflow run `{run_id}`; {champion}")
-    say(f"{label}: Pass@1 {score} ({plural(report['runs'], 'run')} of {plural(report['tasks'], 'task')}); {champion}")
-    return {"report": report, "metrics": metrics, "run_id": run_id, "out": str(folder), "promoted": promoted,
-            "checkpoint": policy["path"], "model_id": model_id}
-
-
-def tr_report(report: dict[str, Any]):
-    from swerl.eval.report import EvalReport
-
-    return EvalReport.model_validate(report)
+        markdown=f"**{params.model}** (`{policy.path}`): Pass@1 = **{score}** "
+                 f"over {report.runs} runs of {report.tasks} tasks; MLflow run `{run_id}`; {champion}")
+    say(f"{label}: Pass@1 {score} ({plural(report.runs, 'run')} of {plural(report.tasks, 'task')}); {champion}")
+    return Evaluation(report=report, metrics=metrics, run_id=run_id, out=folder, promoted=promoted, checkpoint=policy.path,
+                      model_id=model_id)

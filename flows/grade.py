@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow
 
 from flows._hooks import HOOKS
 from swerl.orchestration.fanout import run_tasks
 from swerl.orchestration.inputs import task_inputs
 from swerl.orchestration.params import GradeParams
+from swerl.orchestration.results import GradeRun
 from swerl.stages.images import ImagesStage
 from tasks.grade import grade_chunk
 from tasks.images import build_images_task
 
 
 @flow(name="grade", log_prints=True, **HOOKS)
-def grade(params: GradeParams) -> dict[str, Any]:
+def grade(params: GradeParams) -> GradeRun:
     """Predictions JSONL -> results JSONL (resolved, failure class, per-test detail).
 
     Args:
@@ -43,8 +42,8 @@ def grade(params: GradeParams) -> dict[str, Any]:
         for part in parts:
             f.write(part.read_text())
             part.unlink()
-    resolved, total = sum(r["resolved"] for r in results), sum(r["total"] for r in results)
-    infra = [i for r in results for i in r.get("infra_errors", [])]
+    resolved, total = sum(r.resolved for r in results), sum(r.total for r in results)
+    infra = [i for r in results for i in r.infra_errors]
     print(f"resolved {resolved}/{total}; results {params.out}")
     if bad and not params.skip_invalid:
         raise ValueError(f"{len(bad)} bad prediction line(s) were skipped: {'; '.join(bad[:5])}; fix them, or set "
@@ -52,4 +51,4 @@ def grade(params: GradeParams) -> dict[str, Any]:
     if infra:
         raise RuntimeError(f"{len(infra)} prediction(s) hit an infrastructure error and were not graded: "
                            f"{', '.join(infra[:10])} (reasons in {params.out})")
-    return {"out": str(params.out), "resolved": resolved, "total": total}
+    return GradeRun(out=params.out, resolved=resolved, total=total)

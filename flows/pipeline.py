@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel
 
 from flows._hooks import HOOKS, container_label
 from swerl.orchestration.artifact_keys import artifact_key
@@ -28,8 +30,9 @@ from swerl.orchestration.ledger import Ledger
 from swerl.orchestration.live_table import LiveTable
 from swerl.orchestration.metrics import display_rows, prefixed, stage_row
 from swerl.orchestration.params import EvaluateParams, PipelineParams
-from swerl.orchestration.plan import StartStep, TrainStep, stage_plan
-from swerl.orchestration.results import EvalResult, PolicyRef, StageResult
+from swerl.orchestration.plan import EvalStep, StartStep, TrainStep, stage_plan
+from swerl.orchestration.results import (EvalResult, ImageSet, ImagesOutcome, PipelineInputs, PipelineSummary, PolicyRef,
+                                         StageResult, TrackedRun, ValidatedSet, ValidationOutcome)
 from swerl.orchestration.summary import (Behaviour, StageFacts, eval_facts, images_facts, pass_table, per_task_outcomes,
                                          rise_lines, sampler_words, stage_line, summary_lines, summary_markdown, train_facts,
                                          validation_facts, where_to_look)
@@ -38,8 +41,11 @@ from tasks import tracking as tr
 from tasks.images import build_images_task, validate_tasks_task
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
 @task(name="prepare-inputs", cache_policy=NO_CACHE)
-def prepare_inputs(params: PipelineParams) -> dict[str, Any]:
+def prepare_inputs(params: PipelineParams) -> PipelineInputs:
     """Task files, mirror and starting model; the embedded default materialises the demo and the tiny model."""
     from swerl.envs.docker_hosts import hosts_in
     from swerl.envs.docker_sandbox import reap_containers
@@ -65,8 +71,7 @@ def prepare_inputs(params: PipelineParams) -> dict[str, Any]:
     history = run_dir / "params.jsonl"
     with history.open("a", encoding="utf-8") as f:
         f.write(json.dumps({"time": time.time(), "params": params.model_dump(mode="json")}) + "\n")
-    return {"tasks": str(tasks), "eval_tasks": str(eval_tasks), "repos": str(repos) if repos else None,
-            "warm_tasks": str(warm) if warm else None, "model": model, "reaped": len(reaped)}
+    return PipelineInputs(tasks=tasks, eval_tasks=eval_tasks, repos=repos, warm_tasks=warm, model=model, reaped=len(reaped))
 
 
 @task(name="plot-pass-at-1", cache_policy=NO_CACHE)
@@ -130,7 +135,7 @@ def _run_name() -> str:
 
 
 @flow(name="pipeline", flow_run_name=_run_name, log_prints=True, **HOOKS)
-def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
+def pipeline(params: PipelineParams = PipelineParams()) -> PipelineSummary:
     """Images, task validation, RFT, then DAPO iterations, each evaluated; rerun the same name to resume.
 
     Args:
@@ -142,190 +147,228 @@ def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:
     if params.sampler.grade_cache is None:  # the stages share verdicts: a fix graded once is not graded again
         params = params.model_copy(update={"sampler": params.sampler.model_copy(update={"grade_cache": params.run_dir / "grades"})})
     # sampler.serve: one vLLM server for the whole run, on the starting policy; stopped at the end, on failure too
-    with policy_server(params, inputs["model"], params.run_dir) as params:
+    with policy_server(params, inputs.model, params.run_dir) as params:
         return _pipeline(params, inputs)
 
 
-def _pipeline(params: PipelineParams, inputs: dict[str, Any]) -> dict[str, Any]:
-    from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_progress_artifact
-    from prefect.artifacts import update_progress_artifact
+def _pipeline(params: PipelineParams, inputs: PipelineInputs) -> PipelineSummary:
+    """The stages in order, each skipped when the ledger has it: images, validation, then the policy stages."""
+    run = PipelineRun.open(params, inputs)
+    sets = run.task_sets(run.stage("images", run.build_images, lambda r: images_facts("images", r.model_dump()),
+                                   ImagesOutcome))
+    policy = PolicyRef.of(inputs.model, "0")
+    trained: dict[str, StageResult] = {}
+    for s in run.stages:  # the ledger skips every stage an earlier run finished
+        if isinstance(s, StartStep):
+            policy = run.stage(s.name, lambda: run.register_start(policy), as_type=PolicyRef)
+        elif isinstance(s, TrainStep):
+            done = run.stage(s.name, lambda s=s, start=policy: run.train(s, start, sets), run.explain_training(s, policy),
+                             StageResult)
+            if s.must_train and not done.trained:
+                raise RuntimeError(f"the {s.name.replace('-', ' ')} trained nothing: {done.reason}")
+            policy = done.policy if done.trained else policy  # carried forward: keep its registry version
+            trained[s.name] = done
+        else:
+            evaluated = run.stage(s.name, lambda s=s, pol=policy: run.evaluate(s, pol, sets), run.explain_eval(s.name),
+                                  EvalResult)
+            run.add_row(s, policy, evaluated, trained.get(s.after) if s.after else None)
+    return run.finish(policy)
 
-    run_dir = params.run_dir
-    ledger = Ledger(run_dir)
-    tasks, eval_tasks = Path(inputs["tasks"]), Path(inputs["eval_tasks"])
-    repos = Path(inputs["repos"]) if inputs["repos"] else None
-    label = container_label(params.name)
-    parent = tr.pipeline_run(params.tracking, params.name, _flat(params))
-    parent_id = parent["run_id"]
-    if parent["url"]:
-        create_link_artifact(key=artifact_key("mlflow", params.name), link=parent["url"], link_text=f"MLflow: pipeline {params.name}",
-                             description="The pipeline's MLflow parent run")
-    create_markdown_artifact(key=artifact_key("lineage", params.name), description="Where this pipeline's records are",
-                             markdown=f"MLflow parent run `{parent_id}` (experiment {parent['experiment_id']}, tracking "
-                                      f"`{params.tracking.tracking_uri or 'default'}`); run folder `{run_dir}`; "
-                                      f"stage ledger `{ledger.path}`")
 
-    stages = stage_plan(params)
-    validating = bool(params.validate_runs and params.validate_sets)
-    plan = ["images"] + (["validate"] if validating else []) + [s.name for s in stages]
-    progress_id = create_progress_artifact(progress=100.0 * len([s for s in plan if ledger.get(s)]) / len(plan),
-                                           key=artifact_key("progress", params.name), description=f"Stages of {params.name}")
-    rows: list[dict[str, Any]] = []
-    facts: list[StageFacts] = []
+class TaskSets(BaseModel):
+    """The task files the policy stages sample: training, held-out evaluation, warm-up (validated when asked)."""
 
-    def stage(name: str, body, explain=None, as_type=None):
-        """Run ``body`` unless the ledger has the stage; then say in words what it did (``explain``: entry -> facts).
-        ``as_type``: the result model the stage returns and the ledger reads back (None: a dict)."""
-        done = ledger.get(name, as_type) if as_type else ledger.get(name)
+    train: Path
+    eval: Path
+    warm: Path | None = None
+    repos: Path | None = None
+
+
+class PipelineRun:
+    """One pipeline run's shared state: its ledger, MLflow parent run, Prefect artifacts, table and story."""
+
+    def __init__(self, params: PipelineParams, inputs: PipelineInputs, parent: TrackedRun, progress_id: Any):
+        self.params, self.inputs, self.parent, self.progress_id = params, inputs, parent, progress_id
+        self.run_dir = params.run_dir
+        self.ledger = Ledger(self.run_dir)
+        self.label = container_label(params.name)
+        self.stages = stage_plan(params)
+        self.validating = bool(params.validate_runs and params.validate_sets)
+        self.plan = ["images"] + (["validate"] if self.validating else []) + [s.name for s in self.stages]
+        self.rows: list[dict[str, Any]] = []
+        self.facts: list[StageFacts] = []
+        self.table = LiveTable(artifact_key("metrics", params.name),
+                               f"Per-stage metrics of pipeline {params.name} (Pass@1 over {params.eval.runs} runs)")
+
+    @classmethod
+    def open(cls, params: PipelineParams, inputs: PipelineInputs) -> PipelineRun:
+        """The run's MLflow parent run and its Prefect artifacts: where its records are, its progress."""
+        from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_progress_artifact
+
+        parent = tr.pipeline_run(params.tracking, params.name, _flat(params))
+        if parent.url:
+            create_link_artifact(key=artifact_key("mlflow", params.name), link=parent.url,
+                                 link_text=f"MLflow: pipeline {params.name}", description="The pipeline's MLflow parent run")
+        ledger = Ledger(params.run_dir)
+        create_markdown_artifact(key=artifact_key("lineage", params.name), description="Where this pipeline's records are",
+                                 markdown=f"MLflow parent run `{parent.run_id}` (experiment {parent.experiment_id}, tracking "
+                                          f"`{params.tracking.tracking_uri or 'default'}`); run folder `{params.run_dir}`; "
+                                          f"stage ledger `{ledger.path}`")
+        run = cls(params, inputs, parent, None)
+        run.progress_id = create_progress_artifact(progress=run.progress(), key=artifact_key("progress", params.name),
+                                                   description=f"Stages of {params.name}")
+        return run
+
+    def progress(self) -> float:
+        return 100.0 * len([s for s in self.plan if self.ledger.get(s)]) / len(self.plan)
+
+    def stage(self, name: str, body: Callable[[], M], explain: Callable[[M], StageFacts] | None = None,
+              as_type: type[M] | None = None) -> M:
+        """Run ``body`` unless the ledger has the stage; then say in words what it did (``explain``: result -> facts).
+        ``as_type``: the result model the stage returns and the ledger reads back."""
+        from prefect.artifacts import update_progress_artifact
+
+        done = self.ledger.get(name, as_type)
         skipped = done is not None
         if done is None:
             if explain is not None:  # a stage a person hears about (not the start's registration)
                 say(f"{name}: started")
             t0 = time.monotonic()
             done = body()
-            if isinstance(done, dict):
-                done["seconds"] = time.monotonic() - t0
-            elif "seconds" in type(done).model_fields:
+            if "seconds" in type(done).model_fields:
                 done = done.model_copy(update={"seconds": time.monotonic() - t0})
-            ledger.record(name, done)
-        update_progress_artifact(progress_id, 100.0 * len([s for s in plan if ledger.get(s)]) / len(plan))
+            self.ledger.record(name, done)
+        update_progress_artifact(self.progress_id, self.progress())
         if explain is not None:
-            facts.append(explain(done))
-            say(stage_line(facts[-1], done.get("seconds") if isinstance(done, dict) else done.seconds, skipped))
+            self.facts.append(explain(done))
+            say(stage_line(self.facts[-1], done.seconds, skipped))
         elif skipped:
             say(f"{name}: finished in an earlier run, skipped")
         return done
 
-    metrics_table = LiveTable(artifact_key("metrics", params.name),
-                              f"Per-stage metrics of pipeline {params.name} (Pass@1 over {params.eval.runs} runs)")
+    def sampled_sets(self) -> dict[str, Path]:
+        """Every task file the pipeline samples: training, held-out evaluation (when apart), warm-up."""
+        sets = {"train": self.inputs.tasks}
+        if self.inputs.eval_tasks != self.inputs.tasks:
+            sets["eval"] = self.inputs.eval_tasks
+        if self.params.warm_start is not None:
+            sets["warm"] = self.inputs.warm_tasks
+        return sets
 
-    def table() -> None:
-        metrics_table.show(display_rows(rows, params.eval.runs))
-
-    # every task file the pipeline samples: training, held-out evaluation, warm-up
-    sets = {"train": tasks}
-    if eval_tasks != tasks:
-        sets["eval"] = eval_tasks
-    if params.warm_start is not None:
-        sets["warm"] = Path(inputs["warm_tasks"])
-    contexts = {"train": "training", "eval": "evaluation", "warm": "warm-up"}
-
-    def images_body() -> dict[str, Any]:
+    def build_images(self) -> ImagesOutcome:
+        contexts = {"train": "training", "eval": "evaluation", "warm": "warm-up"}
         out = {}
-        for key, path in sets.items():
-            built = build_images_task(ImagesStage(tasks=path, repos=repos, ca_certs=params.ca_certs,
-                                                  concurrency=params.sampler.concurrency,
-                                                  manifest=run_dir / ("images.json" if key == "train" else f"images-{key}.json")),
+        for key, path in self.sampled_sets().items():
+            manifest = self.run_dir / ("images.json" if key == "train" else f"images-{key}.json")
+            built = build_images_task(ImagesStage(tasks=path, repos=self.inputs.repos, ca_certs=self.params.ca_certs,
+                                                  concurrency=self.params.sampler.concurrency, manifest=manifest),
                                       return_state=True)
             result = built.result()
-            tr.log_lineage(params.tracking, parent_id, tasks=path, tasks_name="tasks" if key == "train" else f"{key}-tasks",
-                           tasks_context=contexts[key], manifest=result.manifest if key == "train" else None)
+            tr.log_lineage(self.params.tracking, self.parent.run_id, tasks=path,
+                           tasks_name="tasks" if key == "train" else f"{key}-tasks", tasks_context=contexts[key],
+                           manifest=result.manifest if key == "train" else None)
             # a cache hit returns an earlier run's counts: then every image was reused
-            out[key] = {"manifest": str(result.manifest), "ready": result.ready, "cached": result.cached,
-                        "cache_hit": built.name == "Cached"}
-        return out
+            out[key] = ImageSet(manifest=result.manifest, ready=result.ready, cached=result.cached,
+                                cache_hit=built.name == "Cached")
+        return ImagesOutcome(**out)
 
-    images = stage("images", images_body, lambda r: images_facts("images", r))
-    warm_tasks = sets.get("warm")
-    if validating:
+    def task_sets(self, images: ImagesOutcome) -> TaskSets:
+        """The task files the policy stages sample: each one validated is replaced by its valid tasks."""
+        sets = self.sampled_sets()
+        found = TaskSets(train=sets["train"], eval=sets.get("eval", sets["train"]), warm=sets.get("warm"),
+                         repos=self.inputs.repos)
+        if not self.validating:
+            return found
+        valid = self.stage("validate", lambda: self.validate(sets, images),
+                           lambda r: validation_facts("validate", r.model_dump()), ValidationOutcome)
+        kept = {key: v.tasks for key in ("train", "eval", "warm") if (v := getattr(valid, key)) is not None}
+        train = kept.get("train", found.train)
         # the held-out set doubles as the training set when no separate one is given
-        wanted = set(params.validate_sets) | ({"train"} if "eval" in params.validate_sets and "eval" not in sets else set())
-        checked = {k: p for k, p in sets.items() if k in wanted}
+        return found.model_copy(update={"train": train, "eval": kept.get("eval", train if "eval" not in sets else found.eval),
+                                        "warm": kept.get("warm", found.warm)})
 
-        def validate_body() -> dict[str, Any]:
-            out = {}
-            for key, path in checked.items():
-                suffix = "" if key == "train" else f"-{key}"
-                report = validate_tasks_task(path, Path(images[key]["manifest"]), params.validate_runs,
-                                             run_dir / f"validation{suffix}.json", params.sampler.concurrency,
-                                             grading=params.sampler.grading)
-                tr.log_metrics(params.tracking, parent_id, {f"tasks{suffix}/valid": float(report["valid"]),
-                                                            f"tasks{suffix}/total": float(report["total"])})
-                kept = keep_valid_tasks(path, run_dir / f"validation{suffix}.json", run_dir / f"tasks{suffix}.valid.jsonl")
-                out[key] = {**report, "tasks": kept}
-            return out
+    def validate(self, sets: dict[str, Path], images: ImagesOutcome) -> ValidationOutcome:
+        wanted = set(self.params.validate_sets) | (
+            {"train"} if "eval" in self.params.validate_sets and "eval" not in sets else set())
+        out = {}
+        for key, path in sets.items():
+            if key not in wanted:
+                continue
+            suffix = "" if key == "train" else f"-{key}"
+            report = self.run_dir / f"validation{suffix}.json"
+            summary = validate_tasks_task(path, getattr(images, key).manifest, self.params.validate_runs, report,
+                                          self.params.sampler.concurrency, grading=self.params.sampler.grading)
+            tr.log_metrics(self.params.tracking, self.parent.run_id, {f"tasks{suffix}/valid": float(summary.valid),
+                                                                      f"tasks{suffix}/total": float(summary.total)})
+            kept = keep_valid_tasks(path, report, self.run_dir / f"tasks{suffix}.valid.jsonl")
+            out[key] = ValidatedSet(**dict(summary), tasks=kept)
+        return ValidationOutcome(**out)
 
-        valid = stage("validate", validate_body, lambda r: validation_facts("validate", r))
-        if "train" in valid:
-            tasks = Path(valid["train"]["tasks"])
-        if "eval" in valid:
-            eval_tasks = Path(valid["eval"]["tasks"])
-        elif "eval" not in sets:
-            eval_tasks = tasks
-        if "warm" in valid:
-            warm_tasks = Path(valid["warm"]["tasks"])
-
-    policy = PolicyRef.of(inputs["model"], "0")
-
-    def start_policy() -> PolicyRef:
+    def register_start(self, policy: PolicyRef) -> PolicyRef:
+        """The starting policy in the registry (a folder; a hub name stays as it is)."""
         if not Path(policy.path).is_dir():
             return policy
-        registered = tr.register_checkpoint(params.tracking, parent_id, Path(policy.path), name="start", policy_version="0", step=0)
+        registered = tr.register_checkpoint(self.params.tracking, self.parent.run_id, Path(policy.path), name="start",
+                                            policy_version="0", step=0)
         return PolicyRef.of(policy.path, "0", registered)
 
-    def train_body(s: TrainStep, start: PolicyRef) -> StageResult:
+    def train(self, s: TrainStep, start: PolicyRef, sets: TaskSets) -> StageResult:
         # one flow for every objective, its subflow runs named as before (`rft` for the warm start too)
         result = train_iteration.with_options(name=s.flow, flow_run_name=s.name)(
-            s.objective, tasks=warm_tasks if s.task_set == "warm" else tasks, model=start.path, out=run_dir / s.name,
-            repos=repos, policy_version=start.policy_version, sampler=params.sampler, seed=params.seed,
-            tracking=params.tracking, parent_run_id=parent_id, step=s.step, container_label=label)
+            s.objective, tasks=sets.warm if s.task_set == "warm" else sets.train, model=start.path, out=self.run_dir / s.name,
+            repos=sets.repos, policy_version=start.policy_version, sampler=self.params.sampler, seed=self.params.seed,
+            tracking=self.params.tracking, parent_run_id=self.parent.run_id, step=s.step, container_label=self.label)
         if s.on_parent:
-            tr.log_metrics(params.tracking, parent_id, result.metrics, step=s.step)
+            tr.log_metrics(self.params.tracking, self.parent.run_id, result.metrics, step=s.step)
         return result
 
-    def eval_body(name: str, step: int, pol: PolicyRef) -> EvalResult:
-        if pol.registered_version:
-            pol.check_registered(tr.resolve_policy(params.tracking, pol.model_arg())["path"], params.tracking.tracking_uri)
-        result = evaluate_stage.with_options(flow_run_name=name)(
-            EvaluateParams(model=pol.model_arg(), tasks=eval_tasks, repos=repos, runs=params.eval.runs, seed=params.seed,
+    def evaluate(self, s: EvalStep, policy: PolicyRef, sets: TaskSets) -> EvalResult:
+        params = self.params
+        if policy.registered_version:
+            policy.check_registered(tr.resolve_policy(params.tracking, policy.model_arg()).path, params.tracking.tracking_uri)
+        result = evaluate_stage.with_options(flow_run_name=s.name)(
+            EvaluateParams(model=policy.model_arg(), tasks=sets.eval, repos=sets.repos, runs=params.eval.runs, seed=params.seed,
                            sampler=params.sampler, tracking=params.tracking, promote=params.eval.promote),
-            parent_run_id=parent_id, stage=name, step=step, out=run_dir / "eval" / name, container_label=label,
-            policy_version=pol.policy_version)
-        tr.log_metrics(params.tracking, parent_id, prefixed("eval", result["metrics"]), step=step)
-        return EvalResult(metrics=prefixed("eval", result["metrics"]), run_id=result["run_id"], promoted=result["promoted"],
-                          policy=pol)
+            parent_run_id=self.parent.run_id, stage=s.name, step=s.step, out=self.run_dir / "eval" / s.name,
+            container_label=self.label, policy_version=policy.policy_version)
+        metrics = prefixed("eval", result.metrics)
+        tr.log_metrics(params.tracking, self.parent.run_id, metrics, step=s.step)
+        return EvalResult(metrics=metrics, run_id=result.run_id, promoted=result.promoted, policy=policy)
 
-    def explain_eval(name: str):
-        return lambda r: eval_facts(name, r.model_dump(), behaviour_in(run_dir / "eval" / name / "trajectories"))
+    def explain_eval(self, name: str) -> Callable[[EvalResult], StageFacts]:
+        return lambda r: eval_facts(name, r.model_dump(), behaviour_in(self.run_dir / "eval" / name / "trajectories"))
 
-    def explain_training(name: str, engine: str, start: PolicyRef):
-        sampler = sampler_words(engine, start.policy_version)
+    def explain_training(self, s: TrainStep, start: PolicyRef) -> Callable[[StageResult], StageFacts]:
+        sampler = sampler_words(s.engine, start.policy_version)
         # the training task measured the behaviour where it read the rollout; an older ledger's entry has none
-        return lambda r: train_facts(name, r.model_dump(), sampler,
-                                     r.behaviour or behaviour_in(run_dir / name / "rollout" / "trajectories"))
+        return lambda r: train_facts(s.name, r.model_dump(), sampler,
+                                     r.behaviour or behaviour_in(self.run_dir / s.name / "rollout" / "trajectories"))
 
-    trained: dict[str, StageResult] = {}
-    for s in stages:  # the ledger skips every stage an earlier run finished
-        if isinstance(s, StartStep):
-            policy = stage(s.name, start_policy, as_type=PolicyRef)
-        elif isinstance(s, TrainStep):
-            done = stage(s.name, lambda s=s, start=policy: train_body(s, start), explain_training(s.name, s.engine, policy),
-                         StageResult)
-            if s.must_train and not done.trained:
-                raise RuntimeError(f"the {s.name.replace('-', ' ')} trained nothing: {done.reason}")
-            policy = done.policy if done.trained else policy  # carried forward: keep its registry version
-            trained[s.name] = done
-        else:
-            evaluated = stage(s.name, lambda s=s, pol=policy: eval_body(s.name, s.step, pol), explain_eval(s.name), EvalResult)
-            before = trained.get(s.after) if s.after else None
-            metrics = ({**before.metrics, **evaluated.metrics, "train/trained": float(before.trained)} if before
-                       else evaluated.metrics)
-            rows.append(stage_row(s.row, s.step, policy.policy_version, metrics,
-                                  evaluated.seconds + (before.seconds if before else 0.0)))
-            table()
+    def add_row(self, s: EvalStep, policy: PolicyRef, evaluated: EvalResult, before: StageResult | None) -> None:
+        """The evaluation's row of the table, with the figures of the training it follows."""
+        metrics = ({**before.metrics, **evaluated.metrics, "train/trained": float(before.trained)} if before
+                   else evaluated.metrics)
+        self.rows.append(stage_row(s.row, s.step, policy.policy_version, metrics,
+                                   evaluated.seconds + (before.seconds if before else 0.0)))
+        self.table.show(display_rows(self.rows, self.params.eval.runs))
 
-    curve = plot_curve(params.tracking, parent_id, rows, run_dir / "pass_at_1.png", f"pipeline {params.name}")
-    where = where_to_look(run_dir, parent["url"] or parent_id, params.name)
-    create_markdown_artifact(key=artifact_key("summary", params.name), description=f"What pipeline {params.name} did, in words",
-                             markdown=summary_markdown(params.name, facts, where))
-    story = summary_lines(params.name, facts, where)
-    summary = {"name": params.name, "run_dir": str(run_dir), "mlflow_run_id": parent_id, "mlflow_url": parent["url"],
-               "final_policy": policy.model_dump(), "stages": rows, "plot": curve, "summary": story}
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    tr.finish_run(params.tracking, parent_id, summary=summary)
-    for line in pass_table(rows) + rise_lines(per_task_outcomes(run_dir, [r["stage"] for r in rows])) + story:
-        say(line)
-    return summary
+    def finish(self, policy: PolicyRef) -> PipelineSummary:
+        """The curve, the story in words, ``summary.json``; the parent MLflow run ends."""
+        from prefect.artifacts import create_markdown_artifact
+
+        name, run_dir = self.params.name, self.run_dir
+        curve = plot_curve(self.params.tracking, self.parent.run_id, self.rows, run_dir / "pass_at_1.png", f"pipeline {name}")
+        where = where_to_look(run_dir, self.parent.url or self.parent.run_id, name)
+        create_markdown_artifact(key=artifact_key("summary", name), description=f"What pipeline {name} did, in words",
+                                 markdown=summary_markdown(name, self.facts, where))
+        story = summary_lines(name, self.facts, where)
+        summary = PipelineSummary(name=name, run_dir=run_dir, mlflow_run_id=self.parent.run_id, mlflow_url=self.parent.url,
+                                  final_policy=policy, stages=self.rows, plot=curve, summary=story)
+        (run_dir / "summary.json").write_text(summary.model_dump_json(indent=2))
+        tr.finish_run(self.params.tracking, self.parent.run_id, summary=summary.model_dump(mode="json"))
+        for line in pass_table(self.rows) + rise_lines(per_task_outcomes(run_dir, [r["stage"] for r in self.rows])) + story:
+            say(line)
+        return summary
 
 
 if __name__ == "__main__":

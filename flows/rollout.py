@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow
 
 from flows._hooks import HOOKS
 from swerl.orchestration.fanout import run_tasks
 from swerl.orchestration.inputs import task_inputs
 from swerl.orchestration.params import RolloutParams, SamplerParams
+from swerl.orchestration.results import ChunkedRollout
 from swerl.stages.rollout import RolloutStage, stage_tasks
 from tasks.rollout import rollout_chunk
 
@@ -22,7 +21,7 @@ def rollout_stage(*, tasks, repos, model: str, out, samples: int, seed: int, pol
 
 
 def run_chunks(stage: RolloutStage, chunk_size: int | None, timeout_s: float, *,
-               dask_address: str | None = None) -> dict[str, Any]:
+               dask_address: str | None = None) -> ChunkedRollout:
     """Submit one rollout task per chunk of the stage's tasks (all into the same store) and wait for them; on
     the Dask cluster at ``dask_address`` when given."""
     ids = [t.instance_id for t in stage_tasks(stage)]  # a caller's subset is chunked, never widened to the file
@@ -34,23 +33,20 @@ def run_chunks(stage: RolloutStage, chunk_size: int | None, timeout_s: float, *,
     else:
         calls = [{"stage": stage.model_copy(update={"instance_ids": chunk}), "chunk": n} for n, chunk in enumerate(chunks)]
         results = run_tasks(chunk_task, calls, dask_address=dask_address)
-    summaries = [r["summary"] for r in results]
-    return {"store": results[0]["store"], "produced": sum(s["produced"] for s in summaries),
-            "skipped": sum(s["skipped"] for s in summaries), "wall_s": max(s["wall_s"] for s in summaries),
-            "ran_on": [r.get("ran_on") for r in results]}
+    return ChunkedRollout.of(results)
 
 
 @flow(name="rollout", log_prints=True, **HOOKS)
-def rollout(params: RolloutParams) -> dict[str, Any]:
+def rollout(params: RolloutParams) -> ChunkedRollout:
     """G graded trajectories per task from one policy, appended to OUT/trajectories (resumable)."""
     from tasks.tracking import resolve_policy
 
     tasks, repos = task_inputs(params.tasks, params.repos)
     policy = resolve_policy(params.tracking, params.model)
-    stage = rollout_stage(tasks=tasks, repos=repos, model=policy["path"], out=params.out, samples=params.samples,
-                          seed=params.seed, policy_version=params.policy_version or policy["policy_version"],
+    stage = rollout_stage(tasks=tasks, repos=repos, model=policy.path, out=params.out, samples=params.samples,
+                          seed=params.seed, policy_version=params.policy_version or policy.policy_version,
                           sampler=params.sampler, grade=params.grade)
     result = run_chunks(stage, params.sampler.chunk_size, params.sampler.chunk_timeout_s,
                         dask_address=params.sampler.dask_address)
-    print(f"{result['produced']} new trajectories ({result['skipped']} already stored) in {result['store']}")
+    print(f"{result.produced} new trajectories ({result.skipped} already stored) in {result.store}")
     return result

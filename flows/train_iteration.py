@@ -14,7 +14,6 @@ from swerl.orchestration.objectives import Objective, RFTIteration
 from swerl.orchestration.params import SamplerParams
 from swerl.tracking.config import TrackingConfig
 from swerl.orchestration.results import PolicyRef, StageResult
-from swerl.orchestration.summary import Behaviour
 from tasks import tracking as tr
 from tasks.train import train_dapo_task, train_rft_task
 
@@ -38,36 +37,34 @@ def train_iteration(objective: Objective, tasks: Path, model: str, out: Path, re
                              policy_version=policy_version, sampler=sampler, container_label=container_label,
                              grade=objective.grade)
     rolled = run_chunks(sampling, sampler.chunk_size, sampler.chunk_timeout_s, dask_address=sampler.dask_address)
-    store = Path(rolled["store"])
-    train_stage = objective.stage_config(store, model, out / "train", seed, policy_version)
+    train_stage = objective.stage_config(rolled.store, model, out / "train", seed, policy_version)
     task = train_rft_task if isinstance(objective, RFTIteration) else train_dapo_task
     # the task reads the rollout once: its figures and the selection come back with the update, not the trajectories
-    outcome = task.with_options(timeout_seconds=objective.train.timeout_s)(train_stage, wall_s=rolled["wall_s"])
-    rolled_out = outcome["rollout"]
-    metrics = dict(rolled_out["metrics"])
+    outcome = task.with_options(timeout_seconds=objective.train.timeout_s)(train_stage, wall_s=rolled.wall_s)
+    metrics = dict(outcome.rollout.metrics)
     summary = {}
-    if "selection" in outcome:
-        selected = outcome["selection"]
-        metrics.update({"rft/kept": float(selected["kept"]), "rft/tasks_kept": float(selected["tasks_kept"])})
-        summary["selection"] = selected
+    if outcome.selection is not None:
+        metrics.update({"rft/kept": float(outcome.selection.kept), "rft/tasks_kept": float(outcome.selection.tasks_kept)})
+        summary["selection"] = outcome.selection.model_dump()
     data = f"{name}-trajectories"
-    trained_on = tr.log_training_inputs(tracking, run_id, tasks, store, data, rolled_out["trajectories"], model, parent_run_id)
-    if outcome["trained"]:
-        metrics.update(prefixed("train", train_metrics(outcome["step_metrics"])))
+    trained_on = tr.log_training_inputs(tracking, run_id, tasks, rolled.store, data, outcome.rollout.trajectories, model,
+                                        parent_run_id)
+    if outcome.trained:
+        metrics.update(prefixed("train", train_metrics(outcome.step_metrics)))
         if not isinstance(objective, RFTIteration):
-            metrics.update(prefixed("data", outcome["data"]))
-        registered = tr.register_trained_checkpoint(tracking, run_id, Path(outcome["final"]), name=name,
+            metrics.update(prefixed("data", outcome.data))
+        registered = tr.register_trained_checkpoint(tracking, run_id, outcome.final, name=name,
                                                     policy_version=objective.new_version, step=step,
                                                     metrics={k: v for k, v in metrics.items() if k.startswith("train/")},
                                                     trained_on=trained_on, metrics_dataset=data)
-        policy = PolicyRef.of(outcome["final"], objective.new_version, registered)
+        policy = PolicyRef.of(str(outcome.final), objective.new_version, registered)
     else:
-        print(f"{name} trained nothing, the policy carries forward: {outcome['reason']}")
+        print(f"{name} trained nothing, the policy carries forward: {outcome.reason}")
         policy = PolicyRef.of(model, policy_version)
-    metrics["train/trained"] = 1.0 if outcome["trained"] else 0.0
+    metrics["train/trained"] = 1.0 if outcome.trained else 0.0
     tr.log_metrics(tracking, run_id, metrics, step=step)
-    ran_on = sorted({where for where in rolled["ran_on"] if where})
-    tr.finish_run(tracking, run_id, summary={"policy": policy.model_dump(), **summary, "reason": outcome["reason"],
+    ran_on = sorted({where for where in rolled.ran_on if where})
+    tr.finish_run(tracking, run_id, summary={"policy": policy.model_dump(), **summary, "reason": outcome.reason,
                                              "ran_on": ran_on})
-    return StageResult(policy=policy, metrics=metrics, run_id=run_id, trained=outcome["trained"], reason=outcome["reason"],
-                       behaviour=Behaviour(**rolled_out["behaviour"]), ran_on=ran_on)
+    return StageResult(policy=policy, metrics=metrics, run_id=run_id, trained=outcome.trained, reason=outcome.reason,
+                       behaviour=outcome.rollout.behaviour, ran_on=ran_on)

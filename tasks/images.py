@@ -21,6 +21,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from swerl.grading.grader import GradingConfig
+from swerl.orchestration.results import ValidationSummary
 from swerl.stages.images import ImagesResult, ImagesStage, build_images
 from tasks.common import TAG_IMAGE_BUILD, TAG_SANDBOX, retry_on_infrastructure
 
@@ -83,7 +84,7 @@ def build_images_task(stage: ImagesStage) -> ImagesResult:
 @task(name="validate-tasks", tags=[TAG_SANDBOX], retries=1, retry_condition_fn=retry_on_infrastructure,
       timeout_seconds=6 * 3600, cache_policy=NO_CACHE)
 def validate_tasks_task(tasks: Path, manifest: Path, runs: int, out: Path, concurrency: int = 2,
-                        log_dir: Path = Path(".swerl/logs"), grading: GradingConfig | None = None) -> dict[str, Any]:
+                        log_dir: Path = Path(".swerl/logs"), grading: GradingConfig | None = None) -> ValidationSummary:
     """Gold patch ``runs`` times and the empty patch once per task, each in a fresh sandbox, graded as ``grading``
     says (the pipeline's sampler's: validation and the rollouts grade alike)."""
     import uuid
@@ -97,5 +98,5 @@ def validate_tasks_task(tasks: Path, manifest: Path, runs: int, out: Path, concu
         grading or GradingConfig()).for_run(log_dir / "validate", f"validate-{uuid.uuid4().hex[:8]}", run_tests_without_patch=True))
     report = validate_tasks(task_list, {t.instance_id: images.get(t.instance_id) for t in task_list}, config)
     report.write(out)
-    return {"valid": report.valid, "total": report.total, "invalid": [v.instance_id for v in report.tasks if not v.valid],
-            "report": str(out), "cached": report.cached}
+    return ValidationSummary(valid=report.valid, total=report.total, invalid=[v.instance_id for v in report.tasks if not v.valid],
+                             report=out, cached=report.cached)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from swerl.orchestration.fanout import where_am_i
+from swerl.orchestration.results import ChunkResult, EvalRun
 from swerl.stages.rollout import RolloutResult, RolloutStage, run_eval, run_rollout
 from tasks.common import TAG_GPU, TAG_SANDBOX, retry_on_infrastructure
 
@@ -33,18 +33,17 @@ def _logger_callbacks(label: str):
 
 @task(name="rollout-chunk", tags=[TAG_SANDBOX, TAG_GPU], retries=2, retry_delay_seconds=15,
       retry_condition_fn=retry_on_infrastructure, cache_policy=NO_CACHE)
-def rollout_chunk(stage: RolloutStage, chunk: int = 0) -> dict[str, Any]:
+def rollout_chunk(stage: RolloutStage, chunk: int = 0) -> ChunkResult:
     """Every (task, sample) of ``stage`` not yet stored in ``stage.out``; a retry resumes the chunk."""
     start, done = _logger_callbacks(f"chunk {chunk}")
     result: RolloutResult = run_rollout(stage, on_done=done, on_start=start)
-    return {"store": str(result.store), "summary": result.summary.model_dump(), "tasks": result.tasks, "ran_on": where_am_i()}
+    return ChunkResult(**dict(result), ran_on=where_am_i())
 
 
 @task(name="evaluate-policy", tags=[TAG_SANDBOX, TAG_GPU], retries=2, retry_delay_seconds=15,
       retry_condition_fn=retry_on_infrastructure, cache_policy=NO_CACHE)
-def evaluate_task(stage: RolloutStage) -> dict[str, Any]:
+def evaluate_task(stage: RolloutStage) -> EvalRun:
     """``stage.samples`` graded runs per task, then Pass@1 (mean ± SEM over runs) and Pass@k."""
     start, done = _logger_callbacks("eval")
     report, result = run_eval(stage, on_done=done, on_start=start)
-    return {"report": report.model_dump(), "store": str(result.store), "wall_s": result.summary.wall_s,
-            "eval_json": str(Path(stage.out) / "eval.json")}
+    return EvalRun(report=report, store=result.store, wall_s=result.summary.wall_s, eval_json=Path(stage.out) / "eval.json")

@@ -9,6 +9,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from swerl.orchestration import recording
+from swerl.orchestration.results import Lineage, ResolvedPolicy, TrackedRun
 from swerl.tracking.config import TrackingConfig
 from tasks.common import retry_on_tracking_failure, tracker
 
@@ -26,11 +27,11 @@ def prefect_tags() -> dict[str, str]:
 
 
 @task(name="mlflow-pipeline-run", **_RETRY)
-def pipeline_run(tracking: TrackingConfig, pipeline_id: str, params: dict[str, Any]) -> dict[str, Any]:
+def pipeline_run(tracking: TrackingConfig, pipeline_id: str, params: dict[str, Any]) -> TrackedRun:
     """Get or create the pipeline's parent run (one per pipeline id, whatever the reruns)."""
     t = tracker(tracking)
     run_id = t.pipeline_run(pipeline_id, name=f"pipeline {pipeline_id}", params=params, tags=prefect_tags())
-    return {"run_id": run_id, "url": t.run_url(run_id), "experiment_id": t.experiment_id}
+    return TrackedRun(run_id=run_id, url=t.run_url(run_id), experiment_id=t.experiment_id)
 
 
 @task(name="mlflow-stage-run", **_RETRY)
@@ -56,17 +57,17 @@ def log_metrics(tracking: TrackingConfig, run_id: str, metrics: dict[str, float]
 @task(name="mlflow-log-lineage", **_RETRY)
 def log_lineage(tracking: TrackingConfig, run_id: str, *, tasks: Path | None = None, tasks_name: str = "tasks",
                 tasks_context: str = "training", manifest: Path | None = None, trajectories: Path | None = None,
-                trajectories_name: str = "trajectories", trajectories_context: str = "training", count: int = 0) -> dict[str, str]:
+                trajectories_name: str = "trajectories", trajectories_context: str = "training", count: int = 0) -> Lineage:
     """Dataset inputs: the task set's digest, the image manifest, a rollout's trajectories."""
     t = tracker(tracking)
-    out = {}
+    out = Lineage()
     if tasks is not None:
-        out["tasks"] = recording.log_task_set(t, run_id, tasks, name=tasks_name, context=tasks_context)
+        out.tasks = recording.log_task_set(t, run_id, tasks, name=tasks_name, context=tasks_context)
     if manifest is not None and Path(manifest).is_file():
-        out["images"] = recording.log_manifest(t, run_id, manifest)
+        out.images = recording.log_manifest(t, run_id, manifest)
     if trajectories is not None and Path(trajectories).is_dir():
-        out["trajectories"] = recording.log_trajectories(t, run_id, trajectories, name=trajectories_name,
-                                                         context=trajectories_context, count=count)
+        out.trajectories = recording.log_trajectories(t, run_id, trajectories, name=trajectories_name,
+                                                    context=trajectories_context, count=count)
     return out
 
 
@@ -97,9 +98,9 @@ def register_trained_checkpoint(tracking: TrackingConfig, run_id: str, checkpoin
 
 
 @task(name="resolve-policy", **_RETRY)
-def resolve_policy(tracking: TrackingConfig, model: str) -> dict[str, Any]:
+def resolve_policy(tracking: TrackingConfig, model: str) -> ResolvedPolicy:
     path, version, registered, step = recording.resolve_policy(tracker(tracking), model)
-    return {"path": path, "policy_version": version, "registered_version": registered, "step": step}
+    return ResolvedPolicy(path=path, policy_version=version, registered_version=registered, step=step)
 
 
 @task(name="mlflow-link-policy", **_RETRY)

@@ -16,17 +16,20 @@ SWEBENCH_CONDA_ENV = "/opt/miniconda3/envs/testbed"
 SWEBENCH_ACTIVATE = "source /opt/miniconda3/bin/activate && conda activate testbed"
 
 
-class DockerSandboxConfig(BaseModel):
-    """Resource limits and behaviour of one sandbox container."""
+class ExecSettings(BaseModel):
+    """How any sandbox bounds one command: the time limit when none is given, the output it keeps."""
 
-    kind: Literal["docker"] = Field("docker", description="Selects this backend in a sandbox config (the default when absent).")
-    memory: str = Field("2g", pattern=r"^\d+[kmg]?$", description="Memory limit (swap disabled), docker syntax: 512m, 2g.")
-    cpus: float = Field(1.0, gt=0, le=64, description="CPU quota in cores.")
-    pids_limit: int = Field(512, ge=16, le=65536, description="Most processes alive at once (stops fork bombs).")
-    network: bool = Field(False, description="Give the container a network; off by default.")
-    workdir: str = Field("/testbed", description="Repository location and default working directory.")
     default_timeout_s: float = Field(180.0, gt=0, le=86400, description="Timeout of exec when none is given.")
     output_limit_bytes: int = Field(64_000, ge=1_000, le=64_000_000, description="Output kept per exec (head + tail).")
+
+
+class ContainerSettings(ExecSettings):
+    """What a container sandbox is given, whichever engine runs it (a Docker host, a Kubernetes pod)."""
+
+    memory: str = Field("2g", pattern=r"^\d+[kmg]?$", description="Memory limit (swap disabled), docker syntax: 512m, 2g.")
+    cpus: float = Field(1.0, gt=0, le=64, description="CPU quota in cores.")
+    network: bool = Field(False, description="Give the container a network; off by default.")
+    workdir: str = Field("/testbed", description="Repository location and default working directory.")
     lifetime_s: int = Field(7200, ge=60, le=7 * 86400, description="The container removes itself after this long, whatever happens.")
     run_id: str | None = Field(None, description="Label tying containers to one run, for reaping and leak checks.")
     sweep_after_exec: bool = Field(
@@ -39,6 +42,13 @@ class DockerSandboxConfig(BaseModel):
         "environment they leave (PATH, CONDA_PREFIX, ...). 'auto': SWE-bench's conda environment "
         f"({SWEBENCH_CONDA_ENV}) when the image has one; None: the image's own environment.",
     )
+
+
+class DockerSandboxConfig(ContainerSettings):
+    """Resource limits and behaviour of one sandbox container."""
+
+    kind: Literal["docker"] = Field("docker", description="Selects this backend in a sandbox config (the default when absent).")
+    pids_limit: int = Field(512, ge=16, le=65536, description="Most processes alive at once (stops fork bombs).")
     exec_channel: bool = Field(
         False, description="Send commands to one long-lived runner, the container's own command, over its attached "
         "stdin and stdout (a few ms each, and no docker exec to open it) instead of a docker exec per command (~80 ms). "
@@ -57,4 +67,4 @@ def concurrency_slots(limit: int) -> threading.BoundedSemaphore:
         return _slots.setdefault(limit, threading.BoundedSemaphore(limit))
 
 
-__all__ = ["DockerSandboxConfig", "concurrency_slots"]
+__all__ = ["ContainerSettings", "DockerSandboxConfig", "ExecSettings", "concurrency_slots"]

@@ -1,8 +1,8 @@
 """The Kubernetes sandbox's configuration, and the API client it makes from it (one per sandbox).
 
-Fields shared with ``DockerSandboxConfig`` (memory, cpus, network, workdir, timeouts, output
-limit, lifetime, run id, sweep, activate) mean the same and are copied from its declarations;
-the rest say where the cluster is and how pods are scheduled there.
+The settings every container sandbox has (memory, cpus, network, workdir, timeouts, output
+limit, lifetime, run id, sweep, activate) are ``ContainerSettings``, declared once for Docker
+and Kubernetes; the rest say where the cluster is and how pods are scheduled there.
 """
 
 from __future__ import annotations
@@ -10,20 +10,14 @@ from __future__ import annotations
 import os
 import re
 from contextlib import contextmanager
-from copy import copy
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from swerl.envs.docker_config import DockerSandboxConfig
+from swerl.envs.docker_config import ContainerSettings
 
 _DOCKER_UNITS = {"": "", "k": "Ki", "m": "Mi", "g": "Gi"}
-
-
-def _docker(name: str):
-    """A copy of DockerSandboxConfig's declaration of ``name`` (its type, bounds, default and description)."""
-    return copy(DockerSandboxConfig.model_fields[name])
 
 
 def memory_quantity(docker_size: str) -> str:
@@ -42,7 +36,7 @@ def cpu_quantity(cores: float) -> str:
     return f"{max(1, round(cores * 1000))}m"
 
 
-class KubernetesSandboxConfig(BaseModel):
+class KubernetesSandboxConfig(ContainerSettings):
     """One pod per sandbox on a Kubernetes cluster: where the cluster is, the pod's resources and limits."""
 
     model_config = ConfigDict(extra="forbid")
@@ -65,25 +59,14 @@ class KubernetesSandboxConfig(BaseModel):
     image_pull_secrets: list[str] = Field(default_factory=list, max_length=16,
                                           description="Names of Secrets in `namespace` for a private registry.")
     node_selector: dict[str, str] = Field(default_factory=dict, description="The pod's nodeSelector (say, a node pool).")
-    # _docker(name): a setting a Docker sandbox has too, declared once there (same meaning, bounds and default)
-    memory: str = _docker("memory")
-    cpus: float = _docker("cpus")
     memory_request: str | None = Field(None, pattern=r"^\d+[kmg]?$", description="Memory the scheduler reserves, "
                                        "docker syntax; None: equal to `memory` (Guaranteed QoS: not evicted first).")
     cpu_request: float | None = Field(None, gt=0, le=64, description="Cores the scheduler reserves; None: equal to `cpus`.")
-    network: bool = _docker("network")
-    workdir: str = _docker("workdir")
-    default_timeout_s: float = _docker("default_timeout_s")
-    output_limit_bytes: int = _docker("output_limit_bytes")
-    lifetime_s: int = _docker("lifetime_s")
     start_timeout_s: float = Field(300.0, gt=0, le=3600, description="How long a pod may take to be Running (scheduling "
                                    "and image pull); past it the pod is deleted and start fails.")
     api_retries: int = Field(5, ge=0, le=20, description="Retries of an API call answered 429 or 5xx, or cut off.")
     api_backoff_s: float = Field(0.5, gt=0, le=60, description="First wait between retries; doubled each time "
                                  "(capped at 30 s); a Retry-After header is honoured.")
-    run_id: str | None = _docker("run_id")
-    sweep_after_exec: bool = _docker("sweep_after_exec")
-    activate: str | None = _docker("activate")
 
     @model_validator(mode="after")
     def _requests_within_limits(self) -> KubernetesSandboxConfig:

@@ -33,8 +33,9 @@ import uuid
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from swerl.envs.docker_config import ExecSettings
 from swerl.envs.repos import export_testbed, git
 from swerl.envs.resources import swerl_exec
 from swerl.envs.sandbox import ExecResult, RunnerFailed, SandboxError, exec_result, git_diff
@@ -42,7 +43,7 @@ from swerl.envs.sandbox import ExecResult, RunnerFailed, SandboxError, exec_resu
 FOLDER_PREFIX = "swerl-local-"
 
 
-class LocalSandboxConfig(BaseModel):
+class LocalSandboxConfig(ExecSettings):
     """A local sandbox: where its folder goes and how its commands are bounded."""
 
     model_config = ConfigDict(extra="forbid")
@@ -51,8 +52,6 @@ class LocalSandboxConfig(BaseModel):
     workdir: str = Field("testbed", pattern=r"^[A-Za-z0-9_.-]{1,64}$",
                          description="Name of the repository's folder inside the sandbox folder.")
     parent_dir: Path | None = Field(None, description="Where sandbox folders are made; None: the system's temp folder.")
-    default_timeout_s: float = Field(180.0, gt=0, le=86400, description="Timeout of exec when none is given.")
-    output_limit_bytes: int = Field(64_000, ge=1_000, le=64_000_000, description="Output kept per exec (head + tail).")
     run_id: str | None = Field(None, max_length=256, description="Put in this run's folder names "
                                "(swerl-local-<run_id>-*), so a leak check counts only its own.")
 

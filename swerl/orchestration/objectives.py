@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from swerl.orchestration.params import DAPOParams, RFTParams, SamplerParams, TrainParams
 from swerl.rl.rewards import RewardConfig, check_turn_window
 from swerl.rl.rft import RFTConfig
-from swerl.stages.config import part
+from swerl.stages.config import changed, part
 from swerl.stages.train import DAPOObjective, DAPOStage, RFTStage
 
 
@@ -116,13 +116,10 @@ class DAPOIteration(BaseModel):
 
     def run_params(self, sampler: SamplerParams, start_version: str) -> dict[str, Any]:
         d = self.dapo
-        params = {"iteration": self.iteration, "samples": d.samples, "eps_low": d.loss.eps_low, "eps_high": d.loss.eps_high,
-                  "lr": d.train.optimizer.lr, "advantage": d.advantage, "start_policy": start_version}
-        if d.loss.neg_prob_cap < 1.0:  # only then: runs logged before the option resume with the same params
-            params["neg_prob_cap"] = d.loss.neg_prob_cap
-        if d.loss.kl_coef > 0:  # likewise
-            params["kl_coef"] = d.loss.kl_coef
-        return params
+        # MLflow params are immutable: a resumed run logs these again, so any loss setting beyond the keys every run
+        # logged comes only when changed (a new defaulted option then adds nothing to a run logged before it)
+        return {"iteration": self.iteration, "samples": d.samples, "eps_low": d.loss.eps_low, "eps_high": d.loss.eps_high,
+                "lr": d.train.optimizer.lr, "advantage": d.advantage, "start_policy": start_version, **changed(d.loss)}
 
     def stage_config(self, trajectories: Path, model: str, out: Path, seed: int, policy_version: str) -> DAPOStage:
         return DAPOStage(trajectories=[trajectories], model=model, out=out, seed=seed, train=self.train.settings(),

@@ -1,5 +1,8 @@
 """What one pipeline stage hands the next: typed results instead of dicts.
 
+The Prefect tasks hand their flows these models too (``TrackedRun``, ``ChunkResult``,
+``TrainingRun``, ...): a flow reads attributes, never a dict's string keys.
+
 The training flows return a ``StageResult``, evaluations an ``EvalResult``; both carry the
 ``PolicyRef`` of the policy the stage produced (or carried forward). The ledger stores them
 as JSON and reads them back as these models, so a resumed pipeline gets the same objects.
@@ -11,10 +14,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from swerl.eval.report import EvalReport
 from swerl.orchestration.summary import Behaviour
+from swerl.stages.rollout import RolloutResult
 
 
 class PolicyRef(BaseModel):
@@ -77,3 +84,200 @@ class EvalResult(BaseModel):
     run_id: str | None = Field(None, description="The evaluation's MLflow run.")
     promoted: bool | None = Field(None, description="Whether `champion` moved here (None: promotion off).")
     seconds: float | None = Field(None, ge=0, description="Wall time of the stage (set by the pipeline).")
+
+
+# --- what the tasks hand their flows -------------------------------------------------------------
+
+
+class TrackedRun(BaseModel):
+    """An MLflow run a flow opened: its id, its page (None on a database backend), its experiment."""
+
+    run_id: str
+    url: str | None = None
+    experiment_id: str
+
+
+class Lineage(BaseModel):
+    """The digests of the datasets a run was given as inputs (None: not given)."""
+
+    tasks: str | None = None
+    images: str | None = None
+    trajectories: str | None = None
+
+
+class ResolvedPolicy(BaseModel):
+    """What a model argument (a folder, a hub id, ``champion``, ``version:N``) names in the registry."""
+
+    path: str = Field(description="The folder or hub id the engines load.")
+    policy_version: str = Field(description="The version its trajectories record.")
+    registered_version: str | None = Field(None, description="Its registry version (None: not registered).")
+    step: int | None = Field(None, description="The pipeline step its checkpoint was made at (None: unknown).")
+
+
+class PipelineInputs(BaseModel):
+    """The pipeline's task files and starting model, materialised (the demo's, the curriculum's, or the user's)."""
+
+    tasks: Path
+    eval_tasks: Path
+    repos: Path | None = None
+    warm_tasks: Path | None = None
+    model: str
+    reaped: int = Field(0, ge=0, description="Sandboxes of a killed earlier attempt removed before the run.")
+
+
+class ChunkResult(RolloutResult):
+    """One rollout chunk: the stage's result and where the chunk ran (`dask:<worker>` or `<host>:<pid>`)."""
+
+    ran_on: str | None = None
+
+
+class ChunkedRollout(BaseModel):
+    """A rollout's chunks together: one store, the counts summed, the slowest chunk's wall time."""
+
+    store: Path
+    produced: int
+    skipped: int
+    wall_s: float
+    ran_on: list[str | None] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, chunks: list[ChunkResult]) -> ChunkedRollout:
+        return cls(store=chunks[0].store, produced=sum(c.summary.produced for c in chunks),
+                   skipped=sum(c.summary.skipped for c in chunks), wall_s=max(c.summary.wall_s for c in chunks),
+                   ran_on=[c.ran_on for c in chunks])
+
+
+class EvalRun(BaseModel):
+    """An evaluation's rollout: the report, the trajectories' store, the wall time, the written ``eval.json``."""
+
+    report: EvalReport
+    store: Path
+    wall_s: float
+    eval_json: Path
+
+
+class Evaluation(BaseModel):
+    """What the evaluate flow hands its caller (a pipeline tabulates it)."""
+
+    report: EvalReport
+    metrics: dict[str, float]
+    run_id: str
+    out: Path
+    promoted: bool | None = None
+    checkpoint: str
+    model_id: str | None = None
+
+
+class RolloutFigures(BaseModel):
+    """What a training flow logs about its rollout: the count, rollout/ and grading/ metrics, the behaviour."""
+
+    trajectories: int
+    metrics: dict[str, float]
+    behaviour: Behaviour
+
+
+class RFTSelection(BaseModel):
+    """Which trajectories RFT keeps, and why the others are left out."""
+
+    trajectories: int
+    kept: int
+    skipped: dict[str, int]
+    tasks_kept: int
+
+
+class TrainingRun(BaseModel):
+    """A training task's outcome, with the figures of the rollout it read (and RFT's selection)."""
+
+    trained: bool
+    reason: str | None = Field(None, description="Why nothing was trained (no learning signal).")
+    final: Path | None = None
+    steps: int = 0
+    new_steps: int = 0
+    rows: int = 0
+    data: dict[str, float] = Field(default_factory=dict)
+    step_metrics: list[dict[str, Any]] = Field(default_factory=list, description="Every step's trainer metrics, "
+                                                 "those of a crashed attempt this run resumed included.")
+    rollout: RolloutFigures
+    selection: RFTSelection | None = None
+
+
+class GradedChunk(BaseModel):
+    """One grading task's predictions: where the results are, how many resolved, which hit the infrastructure."""
+
+    out: Path
+    resolved: int
+    total: int
+    infra_errors: list[str] = Field(default_factory=list)
+
+
+class GradeRun(BaseModel):
+    """The grade flow's predictions: the merged results file and how many resolved."""
+
+    out: Path
+    resolved: int
+    total: int
+
+
+class ValidationSummary(BaseModel):
+    """A task set's validation: how many tasks are valid, which are not, where the report is."""
+
+    valid: int
+    total: int
+    invalid: list[str] = Field(default_factory=list)
+    report: Path
+    cached: int = Field(0, description="Tasks whose verdict came from the validation cache.")
+
+
+class ImagesBuilt(BaseModel):
+    """The build_images flow: the manifest, the images ready (and reused), the validation when asked."""
+
+    manifest: Path
+    ready: int
+    cached: int
+    validation: ValidationSummary | None = None
+
+
+class ImageSet(BaseModel):
+    """One task set's images in a pipeline: the manifest, the images ready and reused."""
+
+    manifest: Path
+    ready: int
+    cached: int
+    cache_hit: bool = Field(False, description="Prefect's cache answered: every image was reused.")
+
+
+class ValidatedSet(ValidationSummary):
+    """One task set's validation in a pipeline, with the task file of its valid tasks."""
+
+    tasks: Path
+
+
+class ImagesOutcome(BaseModel):
+    """The pipeline's images stage: one entry per task set it samples (its ledger entry)."""
+
+    train: ImageSet
+    eval: ImageSet | None = None
+    warm: ImageSet | None = None
+    seconds: float | None = Field(None, ge=0, description="Wall time of the stage (set by the pipeline).")
+
+
+class ValidationOutcome(BaseModel):
+    """The pipeline's validation stage: one entry per validated task set (its ledger entry)."""
+
+    train: ValidatedSet | None = None
+    eval: ValidatedSet | None = None
+    warm: ValidatedSet | None = None
+    seconds: float | None = Field(None, ge=0, description="Wall time of the stage (set by the pipeline).")
+
+
+class PipelineSummary(BaseModel):
+    """What a pipeline run hands back (and writes as ``summary.json``)."""
+
+    name: str
+    run_dir: Path
+    mlflow_run_id: str
+    mlflow_url: str | None = None
+    final_policy: PolicyRef
+    stages: list[dict[str, Any]] = Field(description="The per-stage table's rows (stage, step, policy, figures, seconds).")
+    plot: str | None = Field(None, description="The Pass@1 curve's PNG (None: fewer than two points).")
+    summary: list[str] = Field(description="What the run did, in words.")

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from swerl.agent.trajectory import Trajectory
 from swerl.rl.rewards import RewardConfig
 from swerl.rl.rft import RFTConfig
-from swerl.stages.config import part
+from swerl.stages.config import changed, part
 from swerl.stages.errors import NothingToTrainError, StageInputError
 from swerl.train.config import LossConfig, TrainerConfig, TrainerSettings
 
@@ -153,6 +153,22 @@ def _train(stage: TrainCommon, rows, config: TrainerConfig, spec: dict, extra: d
                         data=extra, metrics=result.metrics)
 
 
+def rft_spec(stage: RFTStage) -> dict[str, Any]:
+    """What an RFT run folder was trained with, beyond the data: a resume refuses other settings."""
+    # the four keys every RFT run has recorded; any other selection setting only when changed
+    return {"objective": "rft", "require_submitted": stage.require_submitted, "require_resolved": stage.require_resolved,
+            "mask_format_errors": stage.mask_format_errors, "max_per_task": stage.max_per_task,
+            **changed(part(stage, RFTConfig))}
+
+
+def dapo_spec(stage: DAPOStage) -> dict[str, Any]:
+    """What a DAPO run folder was trained with, beyond the data: a resume refuses other settings."""
+    # the keys every DAPO run has recorded; any other loss setting (neg_prob_cap, kl_coef, ...) only when changed
+    return {"objective": "dapo", "reward": stage.reward.model_dump(mode="json"), "advantage": stage.advantage,
+            "eps_low": stage.loss.eps_low, "eps_high": stage.loss.eps_high, "drop_zero_advantage": stage.drop_zero_advantage,
+            "loss_aggregation": stage.loss.loss_aggregation, **changed(stage.loss)}
+
+
 def train_rft(stage: RFTStage, on_start: OnStart | None = None, on_step: OnStep | None = None,
               on_data: Callable[[str], None] | None = None, found: Sequence[Trajectory] | None = None) -> TrainOutcome:
     """Rejection fine-tuning on the resolved trajectories (minus mean log-prob of their replies); ``found``:
@@ -169,11 +185,7 @@ def train_rft(stage: RFTStage, on_start: OnStart | None = None, on_step: OnStep 
         on_data(f"kept {len(examples)} of {len(found)} trajectories" + (f"; skipped {reasons}" if reasons else ""))
     rows = data.rft_rows(examples)
     config = trainer_config(stage, "sft", stage.train.epochs * data.steps_per_epoch(len(rows), stage.train.batch_size))
-    spec = {"objective": "rft", "require_submitted": stage.require_submitted, "require_resolved": stage.require_resolved,
-            "mask_format_errors": stage.mask_format_errors, "max_per_task": stage.max_per_task}
-    if not stage.require_graded:  # only then: runs written before the option resume unchanged
-        spec["require_graded"] = False
-    return _train(stage, rows, config, spec, {"kept": float(len(rows)), "trajectories": float(len(found))}, on_start, on_step)
+    return _train(stage, rows, config, rft_spec(stage), {"kept": float(len(rows)), "trajectories": float(len(found))}, on_start, on_step)
 
 
 def train_dapo(stage: DAPOStage, on_start: OnStart | None = None, on_step: OnStep | None = None,
@@ -202,11 +214,4 @@ def train_dapo(stage: DAPOStage, on_start: OnStart | None = None, on_step: OnSte
             f"rewards are equal), {a.n_excluded} are masked or dropped by the limit/error policies")
     config = trainer_config(stage, "dapo", stage.train.epochs * data.steps_per_epoch(len(d.rows), stage.train.batch_size),
                             stage.loss)
-    spec = {"objective": "dapo", "reward": stage.reward.model_dump(mode="json"), "advantage": stage.advantage,
-            "eps_low": stage.loss.eps_low, "eps_high": stage.loss.eps_high, "drop_zero_advantage": stage.drop_zero_advantage,
-            "loss_aggregation": stage.loss.loss_aggregation}
-    if stage.loss.neg_prob_cap < 1.0:  # only then: runs written before the option resume unchanged
-        spec["neg_prob_cap"] = stage.loss.neg_prob_cap
-    if stage.loss.kl_coef > 0:  # likewise
-        spec["kl_coef"] = stage.loss.kl_coef
-    return _train(stage, d.rows, config, spec, d.summary(), on_start, on_step)
+    return _train(stage, d.rows, config, dapo_spec(stage), d.summary(), on_start, on_step)

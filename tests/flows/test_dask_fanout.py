@@ -57,8 +57,8 @@ def test_rollout_chunks_run_on_the_workers_of_both_hosts(stack, cluster, docker_
                            tracking=TrackingConfig(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
     with _settings(stack):
         out = rollout(params)
-    assert (out["produced"], out["skipped"]) == (3, 0)  # three chunks of one task
-    assert sorted(set(out["ran_on"])) == [f"dask:{w}" for w in WORKERS]
+    assert (out.produced, out.skipped) == (3, 0)  # three chunks of one task
+    assert sorted(set(out.ran_on)) == [f"dask:{w}" for w in WORKERS]
     stored = stored_trajectories(tmp_path / "roll" / "trajectories")
     assert len(stored) == 3 and all(t.resolved for t in stored)  # graded in the workers' sandboxes
     # each chunk is a Prefect task run in the flow's API, completed
@@ -83,7 +83,7 @@ def test_grade_chunks_run_on_the_dask_cluster_and_merge_in_order(stack, cluster,
                          chunk_size=1, concurrency=1, dask_address=cluster)
     with _settings(stack):
         out = grade(params)
-    assert (out["resolved"], out["total"]) == (3, 3)
+    assert (out.resolved, out.total) == (3, 3)
     assert [json.loads(line)["instance_id"] for line in (tmp_path / "results.jsonl").read_text().splitlines()] == ids
 
 

@@ -161,7 +161,7 @@ def nightly(walk, pipeline_run, task_slice, demo, tmp_path_factory):
 
 def test_a_standalone_evaluation_is_logged_as_one_at_its_checkpoint_s_step_on_the_pipeline_s_dataset(walk, nightly):
     client = walk["client"]
-    run = client.get_run(nightly["run_id"])
+    run = client.get_run(nightly.run_id)
     assert run.data.tags["swerl.kind"] == "evaluation"
     champion = client.get_model_version_by_alias("swerl-policy", "champion")
     # on the pipeline's curve at the step its checkpoint was made, not at 0

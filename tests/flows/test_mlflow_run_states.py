@@ -37,9 +37,9 @@ def stage_that_fails(tracking: TrackingConfig, parent_run_id: str) -> None:
 @flow(name="pipeline-whose-stage-fails", **HOOKS)
 def pipeline_whose_stage_fails(tracking: TrackingConfig, name: str) -> None:
     parent = tr.pipeline_run(tracking, name, {})
-    images = tr.stage_run(tracking, parent["run_id"], "images")
+    images = tr.stage_run(tracking, parent.run_id, "images")
     tr.finish_run(tracking, images)
-    stage_that_fails(tracking, parent["run_id"])
+    stage_that_fails(tracking, parent.run_id)
 
 
 @flow(name="opens-a-run-and-stops", **HOOKS)

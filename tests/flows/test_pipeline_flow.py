@@ -140,7 +140,7 @@ def test_mlflow_has_one_parent_and_one_child_run_per_stage_tied_to_prefect(e2e, 
     assert sorted(r.data.tags["swerl.stage"] for r in children) == sorted(CHILD_RUNS)
     assert all(r.info.status == "FINISHED" for r in children)
     # the curve of Pass@1 per stage, as a PNG in the run folder and on the parent run
-    assert Path(e2e["resumed"]["summary"]["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert Path(e2e["resumed"]["summary"].plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [a.path for a in mlflow_client.list_artifacts(parent.info.run_id, "plots")] == ["plots/pass_at_1.png"]
     # the last flow run that touched the parent is the second rerun
     assert parent.data.tags["prefect.flow_run_id"] == str(e2e["again"].state_details.flow_run_id)
@@ -185,8 +185,8 @@ def test_checkpoints_are_registered_with_candidate_and_champion_aliases(e2e, mlf
     champion = mlflow_client.get_model_version_by_alias(name, "champion")
     best = max(float(mv.tags["swerl.pass_at_1"]) for mv in versions.values())
     assert float(champion.tags["swerl.pass_at_1"]) == best
-    final = e2e["resumed"]["summary"]["final_policy"]
-    assert Path(candidate.tags["swerl.checkpoint_path"]) == Path(final["path"]).resolve()
+    final = e2e["resumed"]["summary"].final_policy
+    assert Path(candidate.tags["swerl.checkpoint_path"]) == Path(final.path).resolve()
     # no copy of the weights by default: the logged model points at the checkpoint folder
     model = mlflow_client.get_logged_model(candidate.tags["swerl.model_id"])
     assert mlflow_client.list_logged_model_artifacts(model.model_id) == []
@@ -269,7 +269,7 @@ def test_the_pipeline_and_its_subflow_runs_are_named_by_stage(e2e, prefect_api):
 
 
 def test_the_run_summary_says_what_each_stage_did(e2e):
-    story = e2e["resumed"]["summary"]["summary"]
+    story = e2e["resumed"]["summary"].summary
     assert story[0] == f"summary of pipeline {NAME}:"
     assert story[1].startswith("  Pass@1 per stage: start ")
     assert story[2].startswith("  The plumbing works: 3 images ready; 3/3 tasks valid (gold patches pass in sandboxes); "
@@ -287,9 +287,9 @@ def test_a_standalone_evaluation_of_the_champion_gets_a_run_of_its_own(e2e, mlfl
                              sampler=SamplerParams(engine="hf", concurrency=3, agent={"max_turns": 2, "max_new_tokens": 16}),
                              tracking=params.tracking)
     first, second = evaluate(request), evaluate(request)
-    assert first["checkpoint"] == champion.tags["swerl.checkpoint_path"]
-    assert first["run_id"] != second["run_id"]  # a nightly evaluation never lands in yesterday's run
+    assert first.checkpoint == champion.tags["swerl.checkpoint_path"]
+    assert first.run_id != second.run_id  # a nightly evaluation never lands in yesterday's run
     assert len(list(tmp_path.iterdir())) == 2
-    run = mlflow_client.get_run(first["run_id"])
+    run = mlflow_client.get_run(first.run_id)
     assert "mlflow.parentRunId" not in run.data.tags
     assert run.data.metrics["eval/tasks"] == 3.0 and run.data.metrics["eval/runs"] == 1.0

@@ -137,7 +137,7 @@ def test_rft_and_two_dapo_iterations_on_dask_two_docker_hosts_one_reloaded_serve
     trained = {stage: ledger.get(stage, StageResult) for stage in ("rft", "iter-1", "iter-2")}
     assert all(r.trained for r in trained.values()), {k: r.reason for k, r in trained.items()}
     versions = [r.policy.policy_version for r in trained.values()]
-    assert len(set(versions)) == 3 and summary["final_policy"]["policy_version"] == versions[-1]
+    assert len(set(versions)) == 3 and summary.final_policy.policy_version == versions[-1]
     # the training rollouts' chunks (two of the three tasks' each) ran on the Dask workers, and on both
     assert all(r.ran_on and set(r.ran_on) <= {f"dask:{w}" for w in WORKERS} for r in trained.values())
     assert sorted({w for r in trained.values() for w in r.ran_on}) == [f"dask:{w}" for w in WORKERS]

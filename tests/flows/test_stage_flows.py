@@ -18,15 +18,15 @@ def test_build_images_validates_once_and_a_rerun_grades_nothing(prefect_api, doc
     first = build_images(params, return_state=True)
     assert first.is_completed()
     out = first.result()
-    assert (out["ready"], out["validation"]["valid"], out["validation"]["total"]) == (3, 3, 3)
+    assert (out.ready, out.validation.valid, out.validation.total) == (3, 3, 3)
     manifest = json.loads((tmp_path / "images.json").read_text())
     assert sorted(manifest) == sorted(json.loads(line)["instance_id"] for line in task_slice.read_text().splitlines())
     report = json.loads((tmp_path / "validation.json").read_text())
     (tmp_path / "validation.json").unlink()  # a run folder cleaned up: the rerun must write its report again
     again = build_images(params, return_state=True).result()
-    assert (again["ready"], again["validation"]["cached"]) == (3, 3)  # no image built, no task graded again
-    assert {k: again["validation"][k] for k in ("valid", "total", "invalid")} == {
-        k: out["validation"][k] for k in ("valid", "total", "invalid")}
+    assert (again.ready, again.validation.cached) == (3, 3)  # no image built, no task graded again
+    assert again.validation.model_dump(include={"valid", "total", "invalid"}) == out.validation.model_dump(
+        include={"valid", "total", "invalid"})
     assert json.loads((tmp_path / "validation.json").read_text())["tasks"] == report["tasks"]
 
 
@@ -40,10 +40,10 @@ def test_rollout_flow_stores_graded_trajectories_and_resumes(prefect_api, docker
                            sampler=SamplerParams(engine="scripted", agent={"max_turns": 20}, concurrency=3, chunk_size=2),
                            tracking=TrackingConfig(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
     first = rollout(params)
-    assert (first["produced"], first["skipped"]) == (6, 0)  # two chunks: 2 tasks and 1 task, 2 samples each
+    assert (first.produced, first.skipped) == (6, 0)  # two chunks: 2 tasks and 1 task, 2 samples each
     stored = stored_trajectories(tmp_path / "roll" / "trajectories")
     assert len(stored) == 6 and all(t.resolved for t in stored)
-    assert rollout(params)["produced"] == 0
+    assert rollout(params).produced == 0
 
 
 def test_chunked_rollout_keeps_to_the_stage_s_own_tasks(prefect_api, docker_ready, demo, task_slice, tiny_model_dir,
@@ -60,7 +60,7 @@ def test_chunked_rollout_keeps_to_the_stage_s_own_tasks(prefect_api, docker_read
                           sampler=SamplerParams(engine="scripted", agent={"max_turns": 20}, concurrency=2))
     subset = stage.model_copy(update={"instance_ids": [ids[0], ids[2]]})
     out = flow(name="chunks-of-a-subset")(lambda: run_chunks(subset, chunk_size=1, timeout_s=600))()
-    assert (out["produced"], out["skipped"]) == (2, 0)  # two chunks of one task each, not three
+    assert (out.produced, out.skipped) == (2, 0)  # two chunks of one task each, not three
     assert sorted(t.instance_id for t in stored_trajectories(tmp_path / "roll" / "trajectories")) == sorted([ids[0], ids[2]])
 
 
@@ -80,7 +80,7 @@ def test_grade_flow_writes_one_result_per_prediction(prefect_api, docker_ready, 
                           chunk_size=2))
     out = grade(GradeParams(predictions=path, tasks=task_slice, repos=demo.repos_dir, out=tmp_path / "results.jsonl",
                             chunk_size=2, skip_invalid=True))
-    assert (out["resolved"], out["total"]) == (1, 2)
+    assert (out.resolved, out.total) == (1, 2)
     results = {r["instance_id"]: r for r in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
     assert results[ids[0]]["resolved"] is True and results[ids[0]]["failure_class"] is None
     assert results[ids[1]]["failure_class"] == "no_patch"

@@ -92,15 +92,15 @@ def tracked(tracking: TrackingConfig, tasks: Path, checkpoint: Path) -> dict:
     from tasks import tracking as tr
 
     parent = tr.pipeline_run(tracking, "pg", {"seed": 3})
-    stage = tr.stage_run(tracking, parent["run_id"], "rft")
-    digest = tr.log_lineage(tracking, stage, tasks=tasks)["tasks"]
+    stage = tr.stage_run(tracking, parent.run_id, "rft")
+    digest = tr.log_lineage(tracking, stage, tasks=tasks).tasks
     tr.log_metrics(tracking, stage, {"train/loss": 0.25, "rollout/mean_reward": 0.5}, step=1)
-    tr.log_metrics(tracking, parent["run_id"], {"eval/pass_at_1": 0.5}, step=1)
+    tr.log_metrics(tracking, parent.run_id, {"eval/pass_at_1": 0.5}, step=1)
     registered = tr.register_checkpoint(tracking, stage, checkpoint, name="rft", policy_version="rft-1", step=1)
     promoted = tr.promote(tracking, registered["version"], 0.5)
     tr.finish_run(tracking, stage)
-    tr.finish_run(tracking, parent["run_id"])
-    return {"parent": parent["run_id"], "stage": stage, "tasks_digest": digest, "version": registered["version"],
+    tr.finish_run(tracking, parent.run_id)
+    return {"parent": parent.run_id, "stage": stage, "tasks_digest": digest, "version": registered["version"],
             "promoted": promoted}
 
 

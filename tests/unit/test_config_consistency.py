@@ -118,7 +118,7 @@ ALLOWED: dict[str, dict[str, set[str]]] = {
     "workdir": {
         "the agent's override; None takes the sandbox's": {"AgentConfig"},
         "the repository's path in a container (a Docker sandbox's, or a Kubernetes pod's)": {
-            "DockerSandboxConfig", "KubernetesSandboxConfig"},
+            "ContainerSettings", "DockerSandboxConfig", "KubernetesSandboxConfig"},
         "the repository's folder name inside a local sandbox's copy": {"LocalSandboxConfig"},
     },
     "runs": {

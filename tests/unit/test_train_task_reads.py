@@ -3,6 +3,8 @@ update all come from that one read, and the flow gets figures back, never trajec
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import pytest
 from prefect.logging import disable_run_logger
 
@@ -43,13 +45,13 @@ def test_rft_reads_once_and_returns_the_rollout_figures_and_the_selection(tmp_pa
     with disable_run_logger():
         result = train_rft_task.fn(stage, wall_s=2.0)
     assert reads == [[store]]
-    assert (result["trained"], result["reason"]) == (False, "no resolved trajectory kept among 2: 2 unresolved")
-    assert result["selection"] == {"trajectories": 2, "kept": 0, "skipped": {"unresolved": 2}, "tasks_kept": 0}
-    figures = result["rollout"]
-    assert figures["trajectories"] == 2
-    assert figures["behaviour"] == {"trajectories": 2, "graded": 2, "resolved": 0, "exits": {"submitted": 2},
+    assert (result.trained, result.reason) == (False, "no resolved trajectory kept among 2: 2 unresolved")
+    assert result.selection.model_dump() == {"trajectories": 2, "kept": 0, "skipped": {"unresolved": 2}, "tasks_kept": 0}
+    figures = result.rollout
+    assert figures.trajectories == 2
+    assert asdict(figures.behaviour) == {"trajectories": 2, "graded": 2, "resolved": 0, "exits": {"submitted": 2},
                                       "replies": 6, "no_command": 6, "cut": 0}
-    m = figures["metrics"]
+    m = figures.metrics
     assert (m["rollout/trajectories"], m["rollout/solved_fraction"], m["rollout/action_tokens"]) == (2.0, 0.0, 12.0)
     assert m["rollout/tokens_per_s"] == 6.0  # 12 action tokens over the rollout's 2 s
     assert (m["rollout/failure_tests_failed"], m["grading/tampered"]) == (2.0, 0.0)
@@ -62,8 +64,8 @@ def test_dapo_reads_once_and_scores_the_rollout_with_the_stage_s_rewards(tmp_pat
     with disable_run_logger():
         result = train_dapo_task.fn(stage)
     assert reads == [[store]]
-    assert result["trained"] is False and result["reason"].startswith("nothing to train on among 2 trajectories")
-    assert "selection" not in result
-    m = result["rollout"]["metrics"]
+    assert result.trained is False and result.reason.startswith("nothing to train on among 2 trajectories")
+    assert result.selection is None
+    m = result.rollout.metrics
     assert m["rollout/mean_reward"] == -0.5  # (1 - 3) / 4: three turns past l_thr 1 in a window of 4
     assert m["rollout/groups_dropped_fraction"] == 1.0 and "rollout/tokens_per_s" not in m
