@@ -120,9 +120,18 @@ def _copies(lines: list[str], fn: ast.FunctionDef, names: tuple[str, str]) -> tu
 def build(workdir: str, targets: list[str], seed: int) -> dict:
     """Write the canaries of ``targets`` (FAIL_TO_PASS ids) into their files under ``workdir``."""
     rng = _Rng(seed)
-    built, not_built = [], {}
-    by_file: dict[str, list[tuple[str, list[str]]]] = {}
-    functions: dict[tuple, str] = {}
+    by_file, not_built = _chosen(targets, rng)
+    built = []
+    for path, wanted in sorted(by_file.items()):
+        file_built, file_not_built = _build_in_file(workdir, path, wanted, rng)
+        built += file_built
+        not_built.update(file_not_built)
+    return {"built": built, "not_built": not_built}
+
+
+def _chosen(targets: list[str], rng: _Rng) -> tuple[dict[str, list[tuple[str, list[str]]]], dict[str, str]]:
+    """The test functions to copy, per file as (test id, class chain and name), and the ids that name none."""
+    not_built, functions = {}, {}
     for test_id in targets:
         split = _split_id(test_id)
         if split is None:
@@ -135,71 +144,93 @@ def build(workdir: str, targets: list[str], seed: int) -> dict:
         j = rng.below(i + 1)
         keys[i], keys[j] = keys[j], keys[i]
     keys.sort(key=lambda k: "[" in functions[k])
+    by_file = {}
     for key in keys[:MAX_TARGETS]:
         by_file.setdefault(key[0], []).append((functions[key], list(key[1])))
-    for path, wanted in sorted(by_file.items()):
-        full = f"{workdir.rstrip('/')}/{path}"
-        st, error = None, None
+    return by_file, not_built
+
+
+class _Refused(Exception):
+    """A test file root does not write copies into; its message says why."""
+
+
+def _build_in_file(workdir: str, path: str, wanted: list[tuple[str, list[str]]],
+                   rng: _Rng) -> tuple[list[dict], dict[str, str]]:
+    """Write the copies of ``wanted`` into ``path``: what was built, and why the rest was not."""
+    full = f"{workdir.rstrip('/')}/{path}"
+    try:
+        source, tree = _own_python_file(full)
+    except _Refused as e:
+        return [], {test_id: str(e) for test_id, _ in wanted}
+    lines = source.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    inserts, built, not_built = _placed_copies(path, lines, tree, wanted, rng)
+    if not inserts:
+        return built, not_built
+    new_source = _with_inserts(lines, inserts)
+    try:
+        compile(new_source, full, "exec", dont_inherit=True)
+    except SyntaxError as e:  # never break a file that compiled: its copies are dropped instead
+        not_built.update((entry["test"], f"its copies do not compile: {e.msg}") for entry in built)
+        return [], not_built
+    with os.fdopen(os.open(full, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW), "w", encoding="utf-8") as f:
+        f.write(new_source)
+    return built, not_built
+
+
+def _own_python_file(full: str) -> tuple[str, ast.Module]:
+    """The source of ``full`` and its tree; raises _Refused unless it is root's own regular file and parses."""
+    try:
+        st = os.lstat(full)
+    except OSError as e:
+        raise _Refused("its file cannot be read here: " + type(e).__name__) from None
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        # root writes only into its own regular files: a link or a file the tests' user made (a set-up command
+        # runs as that user) could point root's write anywhere
+        raise _Refused("its file is not root's own regular file")
+    try:
+        with open(full, encoding="utf-8") as f:
+            source = f.read()
+        return source, ast.parse(source, filename=full)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError) as e:
+        raise _Refused(f"its file cannot be read as Python here: {type(e).__name__}") from None
+
+
+def _placed_copies(path: str, lines: list[str], tree: ast.Module, wanted: list[tuple[str, list[str]]],
+                   rng: _Rng) -> tuple[dict[int, list[tuple[int, str]]], list[dict], dict[str, str]]:
+    """Where each copy goes (after line N, 1-based: (-depth, text)), the copies built and why others were not."""
+    inserts: dict[int, list[tuple[int, str]]] = {}
+    built, not_built = [], {}
+    taken = {getattr(n, "name", "") for n in ast.walk(tree)}
+    for test_id, chain in wanted:
+        found = _scope_of(tree, chain)
+        if found is None:
+            not_built[test_id] = "no such function in its file (made at run time?)"
+            continue
+        scope, fn = found
         try:
-            st = os.lstat(full)
-        except OSError as e:
-            error = e
-        if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            # root writes only into its own regular files: a link or a file the tests' user made (a set-up command
-            # runs as that user) could point root's write anywhere
-            for test_id, _ in wanted:
-                not_built[test_id] = ("its file cannot be read here: " + type(error).__name__ if st is None
-                                      else "its file is not root's own regular file")
+            names = (_new_name(fn.name, taken, rng), _new_name(fn.name, taken, rng))
+            texts = _copies(lines, fn, names)
+        except (ValueError, IndexError) as e:
+            not_built[test_id] = str(e)
             continue
-        try:
-            with open(full, encoding="utf-8") as f:
-                source = f.read()
-            tree = ast.parse(source, filename=full)
-        except (OSError, SyntaxError, ValueError, UnicodeDecodeError) as e:
-            for test_id, _ in wanted:
-                not_built[test_id] = f"its file cannot be read as Python here: {type(e).__name__}"
-            continue
-        lines = source.splitlines(keepends=True)
-        if lines and not lines[-1].endswith("\n"):
-            lines[-1] += "\n"
-        inserts: dict[int, list[tuple[int, str]]] = {}  # after line N (1-based): (-depth, text)
-        taken = {getattr(n, "name", "") for n in ast.walk(tree)}
-        for test_id, chain in wanted:
-            found = _scope_of(tree, chain)
-            if found is None:
-                not_built[test_id] = "no such function in its file (made at run time?)"
-                continue
-            scope, fn = found
-            try:
-                names = (_new_name(fn.name, taken, rng), _new_name(fn.name, taken, rng))
-                texts = _copies(lines, fn, names)
-            except (ValueError, IndexError) as e:
-                not_built[test_id] = str(e)
-                continue
-            # after the original or any statement that follows it in the same scope, at random
-            after = [n.end_lineno for n in scope[scope.index(fn):]]
-            for text in texts:
-                inserts.setdefault(rng.choice(after), []).append((-fn.col_offset, "\n" + text))
-            prefix = "::".join([path, *chain[:-1]])
-            built.append({"test": test_id, "must_fail": f"{prefix}::{names[0]}", "must_pass": f"{prefix}::{names[1]}"})
-        if not inserts:
-            continue
-        out = []
-        for number, line in enumerate(lines, 1):
-            out.append(line)
-            # where copies of several scopes follow one line, the deepest first: a class's copies stay in it
-            out.extend(text for _, text in sorted(inserts.get(number, []), key=lambda entry: entry[0]))
-        new_source = "".join(out)
-        try:
-            compile(new_source, full, "exec", dont_inherit=True)
-        except SyntaxError as e:  # never break a file that compiled: its copies are dropped instead
-            for entry in [b for b in built if b["must_fail"].startswith(path + "::")]:
-                built.remove(entry)
-                not_built[entry["test"]] = f"its copies do not compile: {e.msg}"
-            continue
-        with os.fdopen(os.open(full, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW), "w", encoding="utf-8") as f:
-            f.write(new_source)
-    return {"built": built, "not_built": not_built}
+        # after the original or any statement that follows it in the same scope, at random
+        after = [n.end_lineno for n in scope[scope.index(fn):]]
+        for text in texts:
+            inserts.setdefault(rng.choice(after), []).append((-fn.col_offset, "\n" + text))
+        prefix = "::".join([path, *chain[:-1]])
+        built.append({"test": test_id, "must_fail": f"{prefix}::{names[0]}", "must_pass": f"{prefix}::{names[1]}"})
+    return inserts, built, not_built
+
+
+def _with_inserts(lines: list[str], inserts: dict[int, list[tuple[int, str]]]) -> str:
+    out = []
+    for number, line in enumerate(lines, 1):
+        out.append(line)
+        # where copies of several scopes follow one line, the deepest first: a class's copies stay in it
+        out.extend(text for _, text in sorted(inserts.get(number, []), key=lambda entry: entry[0]))
+    return "".join(out)
 
 
 def main(argv: list[str]) -> int:

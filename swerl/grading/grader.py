@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field
 from swerl.data.task import Task
 from swerl.envs.docker_sandbox import DockerSandboxConfig, concurrency_slots
 from swerl.envs.factory import SandboxConfig, make_sandbox
-from swerl.envs.sandbox import RunnerFailed, Sandbox, SandboxError, run_alone
+from swerl.envs.sandbox import ExecResult, RunnerFailed, Sandbox, SandboxError, run_alone
 from swerl.grading.evidence import MalformedReport, RootAnswer, report_from_events, root_answer, tripwire_records
 from swerl.grading.judge import START_TEST_OUTPUT, added_hooks, judge
 from swerl.grading.plan import Logs, Plan, make_plan
@@ -85,30 +85,14 @@ def _safe(name: str) -> str:
 def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, logs: Logs,
               result: GradeResult) -> GradeResult:
     run = run_alone(sandbox, plan.command, timeout=config.test_timeout_s + SETUP_ALLOWANCE_S)
-    try:
-        answer, output = root_answer(run.output, plan.frame_prefix)
-    except (ValueError, OSError, EOFError) as e:  # tarfile's errors are OSError's and ValueError's kin
-        # the tests can neither write nor cut root's line, but they can starve the disk it is written from
-        raise RunnerFailed(f"root's answer does not read: {e}") from None
-    started = ("\n" + plan.tests_line + "\n") in ("\n" + run.output)
-    if answer is None:
-        if run.timed_out:
-            raise SandboxError("grading did not finish within the time allowed (root's answer never came)")
-        # once the tests ran, only they could have starved root (its disk, its processes): blame decides
-        error = RunnerFailed if started else SandboxError
-        raise error(f"root's answer is missing from the grading's output (exit {run.exit_code}): {run.output[-500:]}")
+    answer, output = _read_root_answer(run, plan)
     logs.write("setup.log", answer.setup_log)
     setup = answer.setup or {}
     if setup.get("code") != 0:
         return _setup_failed(setup.get("stage") or "start", answer, run.exit_code, result)
     if not plan.no_patch and setup.get("via"):
         result.applied_with = setup["via"]
-    guarded = answer.guard
-    if guarded is not None:
-        for path, reason in {**guarded.get("restored", {}), **guarded.get("removed", {})}.items():
-            result.dropped_files[path] = f"changed in the container although protected ({reason}); put back"
-        if guarded.get("restored") or guarded.get("removed"):
-            result.tamper_flags = sorted(set(result.tamper_flags) | {"protected_paths"})
+    _note_guarded(answer.guard, result)
     _, found, tests_output = output.partition(plan.tests_line + "\n")
     if not found:
         raise SandboxError("the tests' start line is missing from the grading's output")
@@ -125,6 +109,49 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
         result.failure_class = FailureClass.TIMEOUT
         result.reason = f"tests did not finish within {config.test_timeout_s:.0f}s; every process they started was killed"
         return result
+    tampering, report = _tampering_and_report(sandbox, plan, answer, finish, config.sandbox.workdir)
+    if tampering:
+        result.failure_class, result.log_valid, result.reason = FailureClass.TAMPERED, False, tampering
+        return result
+    logs.write("report.json", json.dumps(report, indent=1))
+    if report and report.get("collect_errors"):
+        # a test command run with --tb=no prints no traceback: the kept log gets pytest's own
+        logs.write("test_output.txt", tests_output + _collection_tracebacks(report["collect_errors"]))
+    return _judged(task, plan, run, answer, report, tests_output, result)
+
+
+def _read_root_answer(run: ExecResult, plan: Plan) -> tuple[RootAnswer, str]:
+    """Root's answer and the output before it; raises when it is missing or does not read (blame decides whose
+    fault that was once the tests ran)."""
+    try:
+        answer, output = root_answer(run.output, plan.frame_prefix)
+    except (ValueError, OSError, EOFError) as e:  # tarfile's errors are OSError's and ValueError's kin
+        # the tests can neither write nor cut root's line, but they can starve the disk it is written from
+        raise RunnerFailed(f"root's answer does not read: {e}") from None
+    if answer is None:
+        if run.timed_out:
+            raise SandboxError("grading did not finish within the time allowed (root's answer never came)")
+        # once the tests ran, only they could have starved root (its disk, its processes): blame decides
+        started = ("\n" + plan.tests_line + "\n") in ("\n" + run.output)
+        error = RunnerFailed if started else SandboxError
+        raise error(f"root's answer is missing from the grading's output (exit {run.exit_code}): {run.output[-500:]}")
+    return answer, output
+
+
+def _note_guarded(guarded: dict | None, result: GradeResult) -> None:
+    """Protected files the container guard put back or removed are named as dropped, and flag the patch."""
+    if guarded is None:
+        return
+    for path, reason in {**guarded.get("restored", {}), **guarded.get("removed", {})}.items():
+        result.dropped_files[path] = f"changed in the container although protected ({reason}); put back"
+    if guarded.get("restored") or guarded.get("removed"):
+        result.tamper_flags = sorted(set(result.tamper_flags) | {"protected_paths"})
+
+
+def _tampering_and_report(sandbox: Sandbox, plan: Plan, answer: RootAnswer, finish: dict,
+                          workdir: str) -> tuple[str, dict | None]:
+    """Why the run is tampered ('' when it is not), from root's findings, pytest's evidence and the tripwire's
+    hellos, and pytest's report (None without one). Evidence that does not read is the tests' doing."""
     try:
         tampering = _root_findings(plan, answer, finish)
         report = None
@@ -135,9 +162,8 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
         tampering = f"pytest's evidence holds something the plugin never sends: {e}"
         report = None
     if report is not None and not tampering:
-        tampering = added_hooks(report.get("hooks") or [], config.sandbox.workdir,
-                                (answer.guard or {}).get("changed") or [], plan.added_defs,
-                                tuple((answer.pre_tests or {}).get("runner") or ()))
+        tampering = added_hooks(report.get("hooks") or [], workdir, (answer.guard or {}).get("changed") or [],
+                                plan.added_defs, tuple((answer.pre_tests or {}).get("runner") or ()))
     if plan.tripwire and report is not None:
         if answer.pre_tests is None:
             raise SandboxError("pytest ran but root's step before the tests (canaries, tripwire) left no record")
@@ -145,13 +171,13 @@ def _grade_in(sandbox: Sandbox, task: Task, plan: Plan, config: GradingConfig, l
             raise SandboxError(f"root could not install the tripwire into the tests' interpreter: {answer.pre_tests['error']}")
         if not tampering and answer.pre_tests.get("tripwire") and tripwire_records(str(finish.get("tripwire", "")))[1] == 0:
             tampering = "pytest ran in an interpreter that never started the tripwire root installed"
-    if tampering:
-        result.failure_class, result.log_valid, result.reason = FailureClass.TAMPERED, False, tampering
-        return result
-    logs.write("report.json", json.dumps(report, indent=1))
-    if report and report.get("collect_errors"):
-        # a test command run with --tb=no prints no traceback: the kept log gets pytest's own
-        logs.write("test_output.txt", tests_output + _collection_tracebacks(report["collect_errors"]))
+    return tampering, report
+
+
+def _judged(task: Task, plan: Plan, run: ExecResult, answer: RootAnswer, report: dict | None, tests_output: str,
+            result: GradeResult) -> GradeResult:
+    """``result`` with swebench's verdict on the tests' log; swerl's checks (pytest's evidence, the canaries)
+    can only take a resolution away."""
     script = plan.script
     if script.exit_code_is_tests:
         exit_code = run.exit_code

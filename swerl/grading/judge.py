@@ -76,32 +76,11 @@ def judge(task: Task, log: str, report: dict | None, exit_code: int | None, is_p
     ``report`` is the swerl plugin's record of pytest's outcomes (None when absent); ``canaries`` are the
     copies root wrote into the test files (``swerl.grading.canaries``), each of which must have run."""
     parser = parser or get_log_parser(task.parser_name)
-    status_map, found = swebench_status_map(task, log)
-    groups = group_by_parser_form(_outcomes(report), parser) if is_pytest else {}
-    if truncated and found:
-        # the middle of a huge log is gone: pytest's report speaks for the tests the log lost
-        status_map = {**{form: _worst(s) for form, s in groups.items()}, **status_map}
-    if not found:
-        # swebench refuses the log (a failure marker, an exit code that contradicts it): still read what
-        # it claims, so the per-test detail and the reason say what went wrong; it resolves nothing
-        status_map = parser(_test_region(log))
+    status_map, found, groups = _log_statuses(task, log, report, is_pytest, truncated, parser)
     verdict = Judgement(status_map=status_map)
     tests_report, resolved = swebench_report(task, status_map)
     verdict.swebench_log_resolved = found and resolved
-    succeeded = set()
-    for kind in ("FAIL_TO_PASS", "PASS_TO_PASS"):
-        succeeded.update(tests_report.get(kind, {}).get("success", []))
-    unearned = False
-    by_form = {k: [v] for k, v in status_map.items()}  # once, not per listed test: there can be thousands
-    for kind, names in (("FAIL_TO_PASS", task.FAIL_TO_PASS), ("PASS_TO_PASS", task.PASS_TO_PASS)):
-        for name in names:
-            seen = lookup(name, by_form)
-            status = seen[0] if seen else "MISSING"
-            passed = name in succeeded
-            if passed and not status_earned(status, kind, task.gold_statuses.get(name)):
-                passed, unearned = False, True
-            verdict.tests[name] = TestDetail(expected=kind, status=status, passed=passed)
-
+    verdict.tests, unearned = _listed_tests(task, status_map, tests_report)
     problems = []
     if not found:
         problems.append("the log holds no test run swebench can grade (no output between the test markers, "
@@ -116,24 +95,64 @@ def judge(task: Task, log: str, report: dict | None, exit_code: int | None, is_p
     if exit_code not in (None, 0) and not any(s in FAILING for s in status_map.values()):
         problems.append(f"test command exited {exit_code} while the log shows no failure")
     verdict.log_valid = not problems
-    failing = [n for n, d in verdict.tests.items() if not d.passed]
     verdict.resolved = verdict.log_valid and verdict.swebench_log_resolved and not unearned
-    if not verdict.log_valid:
-        verdict.reason = "; ".join(problems[:5])
-    elif failing:
-        verdict.reason = f"{len(failing)} test(s) not passing: " + ", ".join(f"{n} ({verdict.tests[n].status})" for n in failing[:5])
-        if unearned:
-            verdict.reason += ("; an XFAIL, XPASS or skip counts as passing only where the gold patch's validation "
-                               "recorded the same status (a FAIL_TO_PASS test must pass)")
-    elif not verdict.swebench_log_resolved:
-        verdict.reason = "swebench's grading does not resolve the run"
-    else:
-        verdict.reason = "all FAIL_TO_PASS and PASS_TO_PASS tests pass"
+    verdict.reason = _reason(verdict, problems, unearned)
     if any(d.status == "MISSING" and not d.passed for d in verdict.tests.values()):
         evidence = collection_evidence(report, log)
         if evidence:
             verdict.reason += f"; {evidence}"
     return verdict
+
+
+def _log_statuses(task: Task, log: str, report: dict | None, is_pytest: bool, truncated: bool,
+                  parser: LogParser) -> tuple[dict[str, str], bool, dict[str, list[str]]]:
+    """The statuses the log gives (swebench's reading, else the task's parser on the test region), whether
+    swebench found a usable test run in it, and pytest's outcomes grouped by the parser's form of their ids."""
+    status_map, found = swebench_status_map(task, log)
+    groups = group_by_parser_form(_outcomes(report), parser) if is_pytest else {}
+    if truncated and found:
+        # the middle of a huge log is gone: pytest's report speaks for the tests the log lost
+        status_map = {**{form: _worst(s) for form, s in groups.items()}, **status_map}
+    if not found:
+        # swebench refuses the log (a failure marker, an exit code that contradicts it): still read what
+        # it claims, so the per-test detail and the reason say what went wrong; it resolves nothing
+        status_map = parser(_test_region(log))
+    return status_map, found, groups
+
+
+def _listed_tests(task: Task, status_map: Mapping[str, str], tests_report: dict) -> tuple[dict[str, TestDetail], bool]:
+    """Each listed test's status and whether it passed as swebench reports it, a pass taken back where its status
+    is not earned; and whether one was."""
+    succeeded = set()
+    for kind in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+        succeeded.update(tests_report.get(kind, {}).get("success", []))
+    tests, unearned = {}, False
+    by_form = {k: [v] for k, v in status_map.items()}  # once, not per listed test: there can be thousands
+    for kind, names in (("FAIL_TO_PASS", task.FAIL_TO_PASS), ("PASS_TO_PASS", task.PASS_TO_PASS)):
+        for name in names:
+            seen = lookup(name, by_form)
+            status = seen[0] if seen else "MISSING"
+            passed = name in succeeded
+            if passed and not status_earned(status, kind, task.gold_statuses.get(name)):
+                passed, unearned = False, True
+            tests[name] = TestDetail(expected=kind, status=status, passed=passed)
+    return tests, unearned
+
+
+def _reason(verdict: Judgement, problems: list[str], unearned: bool) -> str:
+    """Why the run is or is not resolved: the evidence's problems first, else the tests not passing."""
+    failing = [n for n, d in verdict.tests.items() if not d.passed]
+    if not verdict.log_valid:
+        return "; ".join(problems[:5])
+    if failing:
+        reason = f"{len(failing)} test(s) not passing: " + ", ".join(f"{n} ({verdict.tests[n].status})" for n in failing[:5])
+        if unearned:
+            reason += ("; an XFAIL, XPASS or skip counts as passing only where the gold patch's validation "
+                       "recorded the same status (a FAIL_TO_PASS test must pass)")
+        return reason
+    if not verdict.swebench_log_resolved:
+        return "swebench's grading does not resolve the run"
+    return "all FAIL_TO_PASS and PASS_TO_PASS tests pass"
 
 
 def status_earned(status: str, expected: str, gold: str | None) -> bool:

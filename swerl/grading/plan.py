@@ -34,6 +34,8 @@ SETUP = f"{WORK}/swerl_setup.py"
 CANARIES, TRIPWIRE = f"{WORK}/swerl_canaries.py", f"{WORK}/swerl_tripwire.py"
 SETUP_FAILED = 97
 INLINE_REPORT_MAX = 1_000_000  # bytes of report printed with the test output (well inside the kept tail)
+Files = dict[str, tuple[bytes | str, int]]  # path in the sandbox -> (content, mode)
+Step = tuple[str, dict | str]  # (stage, JSON arguments of sandbox_setup's step or a shell line)
 
 
 def select_test_files(task: Task) -> list[str]:
@@ -109,102 +111,144 @@ def make_plan(task: Task, patch: str, config: GradingConfig, result: GradeResult
         result.failure_class, result.reason = FailureClass.TASK_BROKEN, str(e)
         return None
     no_patch = not (patch or "").strip()  # only reached with run_tests_without_patch: grade_prediction answers the rest
-    base = shlex.quote(task.base_commit)
     nonce = uuid.uuid4().hex[:16]
-    files: dict[str, tuple[bytes | str, int]] = {}
-    # (stage, JSON arguments of sandbox_setup's step or a shell line): one interpreter runs them all, each
-    # printing its stage line first, so a failure says which step it was
-    setup: list[tuple[str, dict | str]] = []
-    scope = task_scope(task, _test_command_text(task), config.protected, config.sandbox.workdir)
-    test_files = set(scope["test_patch_files"])
-    added_defs: dict[str, list[str]] = {}
-    if not no_patch:
-        try:
-            sections = split_diff(patch)
-            kept, dropped = filter_sections(sections, scope, config.protected)
-        except DiffParseError as e:
-            result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch is not a valid diff: {e}"
-            return None
-        result.dropped_files = dropped
-        result.tamper_flags = sorted(set(tamper_flags(patch)) | ({"protected_paths"} if dropped else set()))
-        if not kept:
-            result.failure_class = FailureClass.NO_PATCH
-            result.reason = "every file of the patch was dropped: " + "; ".join(f"{p}: {r}" for p, r in dropped.items())
-            if not config.run_tests_without_patch:
-                return None
-        else:
-            applied = join_diff(kept)
-            if config.repair_patches:
-                applied, result.repairs = repair_patch(applied, patch)
-            elif not patch.endswith("\n") and kept[-1].text == sections[-1].text:
-                applied = applied[:-1]  # as published: swebench's commands refuse a patch cut short of its newline
-            logs.write("applied.diff", applied)
-            added_defs = added_definitions(kept)
-            files[f"{WORK}/agent.patch"] = (applied, 0o644)
-            guard_args = {"root": config.sandbox.workdir, "before": f"{WORK}/before-{nonce}.json", "base": task.base_commit,
-                          "scope": {**scope, "patch_paths": sorted({p for s in sections for p in s.paths})},
-                          "rules": config.protected.model_dump(mode="json")}
-            setup += [
-                ("snapshot", guard_args),
-                ("apply", apply_command(f"{WORK}/agent.patch")),
-                ("guard", guard_args),  # judge what changed in the container, whatever the diff reader believed
-            ]
-    restore = " ".join(shlex.quote(p) for p in sorted(test_files))
-    if restore:
-        setup.append(("restore", f"for f in {restore}; do if git cat-file -e {base}:\"$f\" 2>/dev/null; then "
-                                 f"git checkout -q {base} -- \"$f\" || exit 1; else rm -rf -- \"$f\" || exit 1; fi; done"))
-    if task.test_patch.strip():
-        # a published eval_script applies the test patch itself; checking first tells a broken task apart
-        files[f"{WORK}/test.patch"] = (task.test_patch, 0o644)
-        check = "--check" if task.eval_script else ""
-        setup.append(("test_patch", f"git apply --verbose {check} {WORK}/test.patch"))
-
+    workdir, command_text = config.sandbox.workdir, _test_command_text(task)
+    scope = task_scope(task, command_text, config.protected, workdir)
+    agent = ({}, [], {}) if no_patch else _agent_patch(task, patch, scope, config, result, logs, nonce)
+    if agent is None:
+        return None
+    agent_files, apply_steps, added_defs = agent
+    test_files, test_steps = _test_steps(task, scope)
     # the tests' user may create files in the repository but change none of root's; pytest's events
     # reach a folder only root can open, and so does everything root finds
-    evidence = f"{WORK}/evidence-{nonce}"
-    test_user = config.test_uid if config.test_user else None
-    wire = f"{WORK}/wire-{nonce}" if test_user is not None and config.tripwire else None
-    isolation = Isolation(TEST_USER, evidence, f"/tmp/swerl-home-{nonce}", test_user, config.test_timeout_s, wire)
-    files[TEST_USER] = (test_user_source(), 0o644)
-    lockdown = {"root": config.sandbox.workdir, "uid": isolation.uid, "home": isolation.home, "evidence": evidence,
-                "wire": wire}
-    setup.append(("lockdown", lockdown))
+    isolation = _isolation(config, nonce)
+    evidence, wire = isolation.evidence, isolation.wire
+    # one interpreter runs every step, each printing its stage line first, so a failure says which step it was
+    setup: list[Step] = [*apply_steps, *test_steps, _lockdown_step(workdir, isolation)]
     secret = secrets.token_hex(16)
-    files.update({SETUP: (setup_source(), 0o644), GUARD: (guard_source(), 0o644), TRIPWIRE: (tripwire_source(), 0o644),
-                  CANARIES: (canaries_source(), 0o644), f"{evidence}/secret": (secret, 0o600)})
+    files = {**agent_files, **test_files, **_root_files(evidence, secret)}
     plugin_dir = f"{WORK}/plug-{nonce}"
     exports = instrumentation(plugin_dir, f"swerl_report_{nonce}")
-    workdir = config.sandbox.workdir
-    command_text = _test_command_text(task)
-    canaries = config.canaries and "pytest" in command_text and not selects_within_files(command_text)
-    spec = ({"workdir": workdir, "targets": list(task.FAIL_TO_PASS), "seed": secrets.randbits(32),
-             "out": f"{evidence}/canaries.json"} if canaries else None)
+    spec = _canary_spec(task, config, command_text, evidence)
     before = pre_tests(TRIPWIRE if wire else None, evidence, CANARIES, spec)
-    try:
-        script = (published_script(task, exports, isolation, workdir, before) if task.eval_script
-                  else native_script(task, select_test_files(task), workdir, exports, isolation, before))
-    except AssetError as e:
-        result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
+    script = _tests_script(task, exports, isolation, workdir, before, result)
+    if script is None:
         return None
     script_path, tests_line = f"{WORK}/eval-{nonce}.sh", f"{STAGE}tests-{nonce}"
     files.update({f"{plugin_dir}/swerl_report_{nonce}.py": (plugin_source(), 0o644), script_path: (script.text, 0o755),
                   **{p: (d, 0o644) for p, d in script.files.items()}})
     logs.write("eval.sh", script.text)
-    wd = shlex.quote(workdir)
     events = f"{evidence}/events.large"  # read as a file when too large to carry in root's answer
-    setup_spec = {"workdir": workdir, "evidence": evidence, "steps": setup}
-    # set-up, tests and root's answer in one exec. The set-up's own output goes to root's folder; the tests
-    # line is printed once it succeeded, before any code under test runs. Root's answer comes last, once no
-    # process of the tests' is left, under a secret the tests never could read
-    command = "\n".join([
+    command = _one_exec(workdir, {"workdir": workdir, "evidence": evidence, "steps": setup}, tests_line, script_path,
+                        evidence)
+    return Plan(files, command, tests_line, f"{FRAME_LINE}{secret} ", events, isolation.uid is not None, script, parser,
+                no_patch, spec is not None, wire is not None, added_defs)
+
+
+def _agent_patch(task: Task, patch: str, scope: dict, config: GradingConfig, result: GradeResult, logs: Logs,
+                 nonce: str) -> tuple[Files, list[Step], dict[str, list[str]]] | None:
+    """What the agent's diff adds to a grading: its file, the set-up's snapshot, apply and guard steps, and the
+    names its added lines define; None when ``result`` is already final (a bad diff, every file dropped)."""
+    try:
+        sections = split_diff(patch)
+        kept, dropped = filter_sections(sections, scope, config.protected)
+    except DiffParseError as e:
+        result.failure_class, result.reason = FailureClass.APPLY_FAILED, f"patch is not a valid diff: {e}"
+        return None
+    result.dropped_files = dropped
+    result.tamper_flags = sorted(set(tamper_flags(patch)) | ({"protected_paths"} if dropped else set()))
+    if not kept:
+        result.failure_class = FailureClass.NO_PATCH
+        result.reason = "every file of the patch was dropped: " + "; ".join(f"{p}: {r}" for p, r in dropped.items())
+        return ({}, [], {}) if config.run_tests_without_patch else None
+    applied = join_diff(kept)
+    if config.repair_patches:
+        applied, result.repairs = repair_patch(applied, patch)
+    elif not patch.endswith("\n") and kept[-1].text == sections[-1].text:
+        applied = applied[:-1]  # as published: swebench's commands refuse a patch cut short of its newline
+    logs.write("applied.diff", applied)
+    guard_args = {"root": config.sandbox.workdir, "before": f"{WORK}/before-{nonce}.json", "base": task.base_commit,
+                  "scope": {**scope, "patch_paths": sorted({p for s in sections for p in s.paths})},
+                  "rules": config.protected.model_dump(mode="json")}
+    steps: list[Step] = [
+        ("snapshot", guard_args),
+        ("apply", apply_command(f"{WORK}/agent.patch")),
+        ("guard", guard_args),  # judge what changed in the container, whatever the diff reader believed
+    ]
+    return {f"{WORK}/agent.patch": (applied, 0o644)}, steps, added_definitions(kept)
+
+
+def _test_steps(task: Task, scope: dict) -> tuple[Files, list[Step]]:
+    """The test patch's file and the set-up's steps that put the task's test files back to ``base_commit`` and
+    apply its test patch."""
+    base = shlex.quote(task.base_commit)
+    files: Files = {}
+    steps: list[Step] = []
+    restore = " ".join(shlex.quote(p) for p in sorted(set(scope["test_patch_files"])))
+    if restore:
+        steps.append(("restore", f"for f in {restore}; do if git cat-file -e {base}:\"$f\" 2>/dev/null; then "
+                                 f"git checkout -q {base} -- \"$f\" || exit 1; else rm -rf -- \"$f\" || exit 1; fi; done"))
+    if task.test_patch.strip():
+        # a published eval_script applies the test patch itself; checking first tells a broken task apart
+        files[f"{WORK}/test.patch"] = (task.test_patch, 0o644)
+        check = "--check" if task.eval_script else ""
+        steps.append(("test_patch", f"git apply --verbose {check} {WORK}/test.patch"))
+    return files, steps
+
+
+def _isolation(config: GradingConfig, nonce: str) -> Isolation:
+    """How the test command runs: as the test user when there is one, the tripwire's FIFO only with that user."""
+    evidence = f"{WORK}/evidence-{nonce}"
+    test_user = config.test_uid if config.test_user else None
+    wire = f"{WORK}/wire-{nonce}" if test_user is not None and config.tripwire else None
+    return Isolation(TEST_USER, evidence, f"/tmp/swerl-home-{nonce}", test_user, config.test_timeout_s, wire)
+
+
+def _lockdown_step(workdir: str, isolation: Isolation) -> tuple[str, dict]:
+    return ("lockdown", {"root": workdir, "uid": isolation.uid, "home": isolation.home, "evidence": isolation.evidence,
+                         "wire": isolation.wire})
+
+
+def _root_files(evidence: str, secret: str) -> Files:
+    """swerl's helpers that root runs in the sandbox, and the secret of root's answer in root's own folder."""
+    return {TEST_USER: (test_user_source(), 0o644), SETUP: (setup_source(), 0o644), GUARD: (guard_source(), 0o644),
+            TRIPWIRE: (tripwire_source(), 0o644), CANARIES: (canaries_source(), 0o644),
+            f"{evidence}/secret": (secret, 0o600)}
+
+
+def _canary_spec(task: Task, config: GradingConfig, command_text: str, evidence: str) -> dict | None:
+    """canaries.build's arguments, or None where no canaries are written: a copy runs only where pytest
+    collects the whole test file, not where the command picks tests within it."""
+    if not (config.canaries and "pytest" in command_text and not selects_within_files(command_text)):
+        return None
+    return {"workdir": config.sandbox.workdir, "targets": list(task.FAIL_TO_PASS), "seed": secrets.randbits(32),
+            "out": f"{evidence}/canaries.json"}
+
+
+def _tests_script(task: Task, exports: list[str], isolation: Isolation, workdir: str, before: list[str],
+                  result: GradeResult) -> TestScript | None:
+    """The script that runs the tests: the record's published ``eval_script`` or one made from its
+    ``install_config``; None, with ``result`` final, when an asset it needs is missing."""
+    try:
+        return (published_script(task, exports, isolation, workdir, before) if task.eval_script
+                else native_script(task, select_test_files(task), workdir, exports, isolation, before))
+    except AssetError as e:
+        result.failure_class, result.reason = FailureClass.INFRA_ERROR, str(e)
+        return None
+
+
+def _one_exec(workdir: str, setup_spec: dict, tests_line: str, script_path: str, evidence: str) -> str:
+    """Set-up, tests and root's answer in one exec. The set-up's own output goes to root's folder; the tests
+    line is printed once it succeeded, before any code under test runs. Root's answer comes last, once no
+    process of the tests' is left, under a secret the tests never could read."""
+    wd = shlex.quote(workdir)
+    return "\n".join([
         f"( cd {wd} && \"$SWERL_PYTHON\" -I -S {SETUP} {shlex.quote(json.dumps(setup_spec))} ); swerl_setup=$?",
         f"if [ $swerl_setup -eq 0 ]; then echo '{tests_line}'; ( cd {wd} && bash {script_path} ); swerl_rc=$?; "
         f"else swerl_rc={SETUP_FAILED}; fi",
         *root_answer_lines(evidence),
         "exit $swerl_rc",
     ])
-    return Plan(files, command, tests_line, f"{FRAME_LINE}{secret} ", events, isolation.uid is not None, script, parser,
-                no_patch, canaries, wire is not None, added_defs)
 
 
 # swebench's run_instance: these commands in this order, the tree reset before each retry, then a patch

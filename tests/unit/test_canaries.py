@@ -111,3 +111,27 @@ def test_root_writes_copies_only_into_its_own_regular_files(tmp_path):
         "test_theirs.py::test_y": "its file is not root's own regular file",
         "test_gone.py::test_z": "its file cannot be read here: FileNotFoundError"}}
     assert target.read_text() == "def test_x():\n    assert 1\n"
+
+
+def test_copies_that_would_not_compile_are_dropped_and_their_file_left_as_it_was(tmp_path):
+    # a copy goes after any statement that follows the original; one that ends on a line opening a bracket
+    # would put it inside the bracket
+    source = "def test_a():\n    assert 1\nx = 1; y = (\n    2)\n"
+    for seed in range(1, 200):
+        project = write(tmp_path, source)  # a seed whose copies compile rewrites the file
+        result = build(str(project), ["test_m.py::test_a"], seed=seed)
+        if result["not_built"]:
+            break
+    assert result["built"] == []
+    assert result["not_built"]["test_m.py::test_a"].startswith("its copies do not compile: ")
+    assert (project / "test_m.py").read_text() == source
+
+
+def test_the_chosen_functions_are_grouped_per_file_each_named_by_its_first_id():
+    from swerl.grading.canaries import _chosen, _Rng
+
+    by_file, not_built = _chosen(["a.py::test_x[1]", "a.py::test_x[2]", "b.py::TestC::test_y", "c.txt::test_z",
+                                  "a.py"], _Rng(5))
+    assert not_built == {"c.txt::test_z": "the id names no test function of a Python file",
+                         "a.py": "the id names no test function of a Python file"}
+    assert by_file == {"a.py": [("a.py::test_x[1]", ["test_x"])], "b.py": [("b.py::TestC::test_y", ["TestC", "test_y"])]}

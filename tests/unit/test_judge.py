@@ -2,8 +2,9 @@
 
 from swerl.data.task import Task
 from swerl.grading.plan import select_test_files
-from swerl.grading.judge import canary_problems, judge
+from swerl.grading.judge import Judgement, _reason, canary_problems, judge
 from swerl.grading.log_parsers import get_log_parser
+from swerl.grading.results import TestDetail
 from swerl.grading.test_ids import group_by_parser_form, lookup, parser_form
 
 TASK = Task(
@@ -283,3 +284,23 @@ def test_an_xfail_published_with_its_reason_under_parse_log_pytest_v2_is_pytest_
     report = {"complete": True, "tests": {**ALL_PASS, "tests/test_b.py::test_other": "XFAIL"}}
     v = judge(task, log, report, 0, True, parser=get_log_parser("parse_log_pytest_v2"))
     assert (v.resolved, v.log_valid, v.tests[listed].status) == (True, True, "XFAIL"), v.reason
+
+
+# --- the reason ----------------------------------------------------------------------------
+
+
+def test_the_reason_is_the_evidence_s_problems_before_any_test_status():
+    tests = {"t::a": TestDetail(expected="FAIL_TO_PASS", status="FAILED", passed=False)}
+    problems = [f"problem {i}" for i in range(7)]
+    assert _reason(Judgement(tests=tests, log_valid=False), problems, False) == "; ".join(problems[:5])
+
+
+def test_the_reason_names_failing_tests_then_swebench_s_refusal_then_success():
+    failing = {"t::a": TestDetail(expected="FAIL_TO_PASS", status="XFAIL", passed=False),
+               "t::b": TestDetail(expected="PASS_TO_PASS", status="PASSED", passed=True)}
+    assert _reason(Judgement(tests=failing), [], False) == "1 test(s) not passing: t::a (XFAIL)"
+    assert _reason(Judgement(tests=failing), [], True).startswith("1 test(s) not passing: t::a (XFAIL); an XFAIL, XPASS")
+    passing = {"t::b": failing["t::b"]}
+    assert _reason(Judgement(tests=passing), [], False) == "swebench's grading does not resolve the run"
+    assert _reason(Judgement(tests=passing, swebench_log_resolved=True), [], False) == (
+        "all FAIL_TO_PASS and PASS_TO_PASS tests pass")
