@@ -43,6 +43,7 @@ from swerl.envs.images import ImageBuilder, ImageConfig  # noqa: E402
 from swerl.grading.grader import GradingConfig  # noqa: E402
 from swerl.inference.scripted import ScriptedEngine, script_from_patch  # noqa: E402
 from swerl.rollout.runner import RolloutConfig, rollout  # noqa: E402
+from swerl.rollout.sampler import SamplerConfig  # noqa: E402
 from tests.support.netns_docker import netns_dockerd  # noqa: E402
 from tests.support.registry import RegistryUnavailable, local_registry  # noqa: E402
 
@@ -119,8 +120,8 @@ def rollout_wall(task, image: str, hosts: list[dict], n: int, work: Path, run_id
     grading = GradingConfig()
     grading.sandbox = on_agents_pool(pool, grading.sandbox)
     grading.sandbox.run_id = run_id
-    config = RolloutConfig(samples=n, concurrency=n, seed=0, agent=AgentConfig(max_turns=40), sandbox=pool,
-                           grading=grading)
+    config = RolloutConfig(samples=n, seed=0, sampler=SamplerConfig(concurrency=n, agent=AgentConfig(max_turns=40), sandbox=pool,
+                                                                    grading=grading))
     t = time.perf_counter()
     summary = rollout([task], {task.instance_id: image}, engine, chat, config, work / f"store-{len(hosts)}")
     return time.perf_counter() - t, {"resolved": summary.resolved, **summary.exit_reasons}

@@ -58,6 +58,7 @@ from swerl.inference.hf_engine import HFEngine, HFEngineConfig
 from swerl.inference.scripted import ScriptedEngine, script_from_patch
 from swerl.models.tiny import init_tiny
 from swerl.rollout.runner import RolloutConfig, run_rollouts
+from swerl.rollout.sampler import SamplerConfig
 from swerl.rollout.store import TrajectoryStore
 
 CGROUP_DOCKER = Path("/sys/fs/cgroup/memory/docker")
@@ -276,10 +277,10 @@ def throughput_scenario(args, tasks, images, model_dir: Path, chat, work: Path, 
     # (otherwise sandbox starts stagger them by ~1 s, and the engine runs half-empty batches: a sandbox cost, not a generation one)
     probe = Probe(engine, hold=0 if args.stagger else args.batch)
     batch, batch_images = replicate(tasks, images, args.batch)
-    config = RolloutConfig(
-        concurrency=args.batch, grade=False, seed=0,
+    config = RolloutConfig(grade=False, seed=0, sampler=SamplerConfig(
+        concurrency=args.batch,
         agent=AgentConfig(max_turns=args.turns, max_new_tokens=args.new_tokens, max_format_errors=args.turns),
-        sandbox=DockerSandboxConfig(run_id=run_id),
+        sandbox=DockerSandboxConfig(run_id=run_id)),
     )
     stats0 = dict(engine.stats)
     summary, trajs, wall = run(batch, batch_images, probe, chat, config, work / "store-tiny")
@@ -341,8 +342,8 @@ def scripted_scenario(args, tasks, images, tokenizer, chat, work: Path, run_id: 
     batch, batch_images = replicate(tasks, images, args.batch)
     scripts = {t.instance_id: script_from_patch(t.patch) for t in batch}
     engine = ScriptedEngine(tokenizer, scripts, stop_token_ids=chat.stop_token_ids)
-    config = RolloutConfig(concurrency=args.batch, grade=False, seed=0, agent=AgentConfig(max_turns=40),
-                           sandbox=DockerSandboxConfig(run_id=run_id))
+    config = RolloutConfig(grade=False, seed=0, sampler=SamplerConfig(concurrency=args.batch, agent=AgentConfig(max_turns=40),
+                                                                      sandbox=DockerSandboxConfig(run_id=run_id)))
     summary, trajs, wall = run(batch, batch_images, engine, chat, config, work / "store-scripted")
     reap(run_id)
     return {"exit_reasons": summary.exit_reasons, "turns": sum(t.num_turns for t in trajs),
@@ -353,10 +354,9 @@ def peak_attempt(n: int, tasks, images, model_dir: Path, chat, work: Path, run_i
     engine = HFEngine(HFEngineConfig(model=model_dir, device="cpu", max_batch_size=max(64, n)))
     probe = Probe(engine, hold=n)
     batch, batch_images = replicate(tasks, images, n)
-    config = RolloutConfig(
-        concurrency=n, grade=False, seed=0, agent=AgentConfig(max_turns=2, max_new_tokens=32, max_format_errors=2),
-        sandbox=DockerSandboxConfig(memory="256m", cpus=0.5, run_id=run_id),
-    )
+    config = RolloutConfig(grade=False, seed=0, sampler=SamplerConfig(
+        concurrency=n, agent=AgentConfig(max_turns=2, max_new_tokens=32, max_format_errors=2),
+        sandbox=DockerSandboxConfig(memory="256m", cpus=0.5, run_id=run_id)))
     sampler = MemorySampler(run_id)
     sampler.start()
     t0 = time.monotonic()

@@ -15,7 +15,7 @@ from swerl.cli.progress import bar
 from swerl.envs.docker_sandbox import DockerSandboxConfig
 from swerl.grading.grader import GradingConfig
 from swerl.inference.base import SamplingConfig
-from swerl.rollout.runner import agent_sandbox
+from swerl.rollout.sampler import agent_sandbox
 from swerl.stages.rollout import RolloutStage, SamplerConfig
 
 ModelOpt = typer.Option(..., "--model", help="Model folder or hub name (for --engine openai: the served model name).")

@@ -19,7 +19,7 @@ from swerl.orchestration.fanout import FanOutParams
 from swerl.rl.rewards import check_turn_window
 from swerl.rl.rft import RFTConfig
 from swerl.stages.config import part
-from swerl.stages.rollout import SamplerConfig
+from swerl.rollout.sampler import SamplerConfig
 from swerl.tracking.config import TrackingConfig
 from swerl.stages.train import DAPO_TRAIN, RFT_TRAIN, DAPOObjective, TrainSettings
 

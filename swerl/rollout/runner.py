@@ -31,23 +31,18 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from swerl.agent.chat_format import ChatFormat
-from swerl.agent.loop import Agent, AgentConfig
+from swerl.agent.loop import Agent
 from swerl.agent.tools import install_tools
 from swerl.agent.trajectory import ExitReason, Trajectory
 from swerl.data.task import Task
-from swerl.envs.docker_sandbox import DockerSandboxConfig
-from swerl.envs.factory import SandboxConfig, make_sandbox
+from swerl.envs.factory import make_sandbox
 from swerl.envs.sandbox import HostLost, SandboxError
-from swerl.grading.grader import GradingConfig, grade_prediction
+from swerl.grading.grader import grade_prediction
 from swerl.grading.results import GradeResult
 from swerl.grading.verdict_store import JsonVerdictStore, content_key, grading_settings
 from swerl.inference.base import InferenceEngine
+from swerl.rollout.sampler import SamplerConfig
 from swerl.rollout.store import TrajectoryStore
-
-
-def agent_sandbox() -> DockerSandboxConfig:
-    """The default sandbox of an agent: docker, its commands over one long-lived runner (a few ms each)."""
-    return DockerSandboxConfig(exec_channel=True)
 
 
 class RolloutConfig(BaseModel):
@@ -56,21 +51,12 @@ class RolloutConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     samples: int = Field(1, ge=1, le=1024, description="Trajectories per task (G; the paper uses 10).")
-    concurrency: int = Field(4, ge=1, le=4096, description="Trajectories in flight at once (one sandbox each).")
     seed: int | None = Field(0, description="Base seed; each (task, sample, turn) derives its own. None: unseeded.")
     grade: bool = Field(True, description="Grade each trajectory's patch in a fresh sandbox as soon as it ends.")
-    agent: AgentConfig = Field(default_factory=AgentConfig)
-    sandbox: SandboxConfig = Field(
-        default_factory=agent_sandbox,
-        description="The agent's sandboxes: backend (kind) and limits; by default docker, commands over one long-lived runner each.",
-    )
-    grading: GradingConfig = Field(default_factory=GradingConfig)
+    sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="How the trajectories are run: at once, the "
+                                   "agent, its sandboxes, the grading and its shared verdicts, the reruns of a lost host "
+                                   "(its engine fields name the engine the caller passes).")
     reuse_grades: bool = Field(True, description="Grade each distinct (task, patch) once per run and reuse the verdict for repeats.")
-    grade_cache: Path | None = Field(None, description="With reuse_grades: a folder of verdicts kept by task record, image, "
-                                     "patch and grading settings, shared by every rollout that names it (a pipeline's "
-                                     "stages), so a patch graded in an earlier stage is not graded again. None: this call only.")
-    host_lost_retries: int = Field(1, ge=0, le=10, description="Runs again, in a fresh sandbox on a live host, of a pair whose "
-                                   "sandbox's host was lost (HostLost); 0 leaves it infra_error, for a rerun of the stage.")
     model_name: str = Field("", description="Recorded on every trajectory (model path or name).")
 
 
@@ -102,8 +88,9 @@ class _Grades:
         self._config = config
         self._agent = agent
         self._verdicts: dict[tuple[str, str], asyncio.Future] = {}
-        self._kept = JsonVerdictStore(config.grade_cache, GradeResult) if config.grade_cache and config.reuse_grades else None
-        self._settings = grading_settings(config.grading)
+        cache = config.sampler.grade_cache
+        self._kept = JsonVerdictStore(cache, GradeResult) if cache and config.reuse_grades else None
+        self._settings = grading_settings(config.sampler.grading)
         self.ran: list[str] = []  # instance ids graded in a sandbox (not reused)
 
     def _graded(self, task: Task, patch: str, digest: str, image: str, sample: int) -> GradeResult:
@@ -111,7 +98,7 @@ class _Grades:
         if self._kept is not None and (hit := self._kept.get(key)) is not None:
             return hit
         self.ran.append(task.instance_id)
-        result = grade_prediction(task, patch, image, self._config.grading,
+        result = grade_prediction(task, patch, image, self._config.sampler.grading,
                                   model_name=self._config.model_name or self._agent.engine.name, log_subdir=f"sample-{sample}")
         if self._kept is not None and not result.is_infra_error:  # an infrastructure failure says nothing about the patch
             self._kept.put(key, result)
@@ -171,18 +158,18 @@ async def run_rollouts(
     start = time.monotonic()
     done = store.done()
     pending = [(t, i) for t in tasks for i in range(config.samples) if (t.instance_id, i) not in done]
-    agent = Agent(engine, chat, config.agent)
-    slots = asyncio.Semaphore(config.concurrency)
-    _thread_per_trajectory(config.concurrency)
+    agent = Agent(engine, chat, config.sampler.agent)
+    slots = asyncio.Semaphore(config.sampler.concurrency)
+    _thread_per_trajectory(config.sampler.concurrency)
     produced: list[Trajectory] = []
     grades = _Grades(config, agent)
     retried: list[str] = []
 
     async def one(task: Task, sample: int) -> None:
-        for attempt in range(config.host_lost_retries + 1):
+        for attempt in range(config.sampler.host_lost_retries + 1):
             async with slots:
                 traj, host_lost = await _run_one(task, sample, images.get(task.instance_id), agent, config, grades.grade)
-            if not host_lost or attempt == config.host_lost_retries:
+            if not host_lost or attempt == config.sampler.host_lost_retries:
                 break
             retried.append(traj.trajectory_id)  # the lost attempt is dropped: its sandbox's host is gone, so is its run
         traj.model = config.model_name
@@ -202,7 +189,7 @@ async def _run_one(task: Task, sample: int, image: str | None, agent: Agent, con
         return _failed(task, sample, agent, "no environment image for this task; run `swerl images build` first "
                        "(for a local sandbox: its repository is missing from the mirror folder)"), False
     t0 = time.monotonic()
-    sandbox = make_sandbox(config.sandbox, image, base_commit=task.base_commit)
+    sandbox = make_sandbox(config.sampler.sandbox, image, base_commit=task.base_commit)
     try:
         await asyncio.to_thread(sandbox.start)
         await asyncio.to_thread(install_tools, sandbox)

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from swerl.inference.config import VLLMServeConfig
 from swerl.stages.errors import StageInputError
-from swerl.stages.rollout import SamplerConfig
+from swerl.rollout.sampler import SamplerConfig
 
 log = logging.getLogger(__name__)
 

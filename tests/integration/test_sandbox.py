@@ -152,4 +152,4 @@ def test_agents_use_the_exec_channel_and_graders_one_exec_per_command():
     from swerl.rollout.runner import RolloutConfig
 
     # a graded command could forge the long-lived runner's answer; a one-shot runner's last line is its own
-    assert (RolloutConfig().sandbox.exec_channel, GradingConfig().sandbox.exec_channel) == (True, False)
+    assert (RolloutConfig().sampler.sandbox.exec_channel, GradingConfig().sandbox.exec_channel) == (True, False)

@@ -163,13 +163,14 @@ def test_validation_marks_every_task_valid(tasks):
 def test_scripted_rollouts_resolve_every_task_in_an_activated_sandbox(tasks, tok, chat, tmp_path):
     from swerl.inference.scripted import ScriptedEngine, script_from_patch
     from swerl.rollout.runner import RolloutConfig, rollout
+    from swerl.rollout.sampler import SamplerConfig
     from swerl.rollout.store import TrajectoryStore
 
     loaded = tasks["pass_and_fail"]
     probe = "Which Python is this?\n```\npython -c 'import sys; print(sys.prefix)'\n```"
     engine = ScriptedEngine(tok, {t.instance_id: [probe, *script_from_patch(t.patch)] for t in loaded})
-    config = RolloutConfig(samples=1, concurrency=2, grading=GradingConfig(log_dir=tmp_path / "grading"))
-    config.sandbox.run_id = f"test-{uuid.uuid4().hex[:8]}"
+    config = RolloutConfig(samples=1, sampler=SamplerConfig(concurrency=2, grading=GradingConfig(log_dir=tmp_path / "grading")))
+    config.sampler.sandbox.run_id = f"test-{uuid.uuid4().hex[:8]}"
     summary = rollout(loaded, {t.instance_id: t.image for t in loaded}, engine, chat, config, tmp_path / "traj")
     assert summary.exit_reasons == {"submitted": len(loaded)}
     assert summary.resolved == summary.graded == len(loaded)

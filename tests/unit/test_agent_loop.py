@@ -20,6 +20,7 @@ from swerl.envs.repos import MirrorRepoSource
 from swerl.envs.sandbox import HostLost
 from swerl.inference.scripted import ScriptedEngine, script_from_patch
 from swerl.rollout.runner import RolloutConfig, rollout
+from swerl.rollout.sampler import SamplerConfig
 from swerl.rollout.store import TrajectoryStore
 from tests.support.trajectories import assert_prefix_invariant, assert_token_accounting, changed_lines, cmd
 
@@ -169,7 +170,7 @@ def test_local_rollouts_of_every_demo_task_submit_the_gold_change_and_a_rerun_sk
     source = MirrorRepoSource(demo.repos_dir)
     mirrors = {t.instance_id: str(source.locate(t.repo)) for t in tasks}
     engine = ScriptedEngine(tok, {t.instance_id: script_from_patch(t.patch) for t in tasks})
-    config = RolloutConfig(samples=1, concurrency=3, grade=False, sandbox=sandbox_config)
+    config = RolloutConfig(samples=1, grade=False, sampler=SamplerConfig(concurrency=3, sandbox=sandbox_config))
     summary = rollout(tasks, mirrors, engine, chat, config, tmp_path / "traj")
     assert (summary.produced, summary.exit_reasons, summary.infra_failed, summary.graded) == (9, {"submitted": 9}, 0, 0)
     for t in TrajectoryStore(tmp_path / "traj").trajectories():

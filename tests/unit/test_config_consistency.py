@@ -50,7 +50,7 @@ ALLOWED: dict[str, dict[str, set[str]]] = {
     "concurrency": {
         "image builds (and validation sandboxes) at once, bounded by the Docker daemon": {
             "BuildImagesParams", "ImagesStage", "ValidationConfig"},
-        "trajectories at once, one sandbox each": {"RolloutConfig", "SamplerConfig", "SamplerParams"},
+        "trajectories at once, one sandbox each": {"SamplerConfig", "SamplerParams"},
         "grading sandboxes at once per chunk of predictions": {"GradeParams"},
     },
     "tasks": {

@@ -24,9 +24,9 @@ def test_a_pipeline_s_test_time_limit_reaches_its_rollouts_and_its_validation(tm
     stage = rollout_stage(tasks=tmp_path / "tasks.jsonl", repos=None, model="m", out=tmp_path / "out", samples=2, seed=0,
                           policy_version="1", sampler=params.sampler, container_label="pipe-1")
     config = rollout_config(stage)
-    assert (config.grading.test_timeout_s, config.grading.canaries) == (60, False)
+    assert (config.sampler.grading.test_timeout_s, config.sampler.grading.canaries) == (60, False)
     # the stage's own logs and run label, the user's settings untouched
-    assert (config.grading.log_dir, config.grading.sandbox.run_id) == (Path(".swerl/logs/grading"), "pipe-1")
+    assert (config.sampler.grading.log_dir, config.sampler.grading.sandbox.run_id) == (Path(".swerl/logs/grading"), "pipe-1")
     assert params.sampler.grading.log_dir is None and params.sampler.grading.sandbox.run_id is None
     # validation grades as the rollouts do, the tests run for the empty patch too
     validation = params.sampler.grading.for_run(tmp_path / "validate", "validate-1", run_tests_without_patch=True)
@@ -38,7 +38,7 @@ def test_a_grading_log_folder_the_user_set_is_kept(tmp_path):
     params = PipelineParams.model_validate({"sampler": {"grading": {"log_dir": str(tmp_path / "mine")}}})
     stage = rollout_stage(tasks=tmp_path / "t.jsonl", repos=None, model="m", out=tmp_path / "o", samples=1, seed=0,
                           policy_version="0", sampler=params.sampler)
-    assert rollout_config(stage).grading.log_dir == tmp_path / "mine"
+    assert rollout_config(stage).sampler.grading.log_dir == tmp_path / "mine"
 
 
 def test_the_grade_flow_s_form_carries_the_grading_settings():

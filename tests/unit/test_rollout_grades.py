@@ -11,6 +11,7 @@ import pytest
 from swerl.grading.results import FailureClass, GradeResult
 from swerl.rollout import runner
 from swerl.rollout.runner import RolloutConfig, _Grades
+from swerl.rollout.sampler import SamplerConfig
 
 AGENT = SimpleNamespace(engine=SimpleNamespace(name="scripted"))
 
@@ -58,7 +59,7 @@ def test_without_reuse_every_submission_is_graded(task, graded):
 
 
 def test_an_infrastructure_failure_is_graded_again_and_never_kept(task, graded, tmp_path):
-    config = RolloutConfig(grade_cache=tmp_path / "verdicts")
+    config = RolloutConfig(sampler=SamplerConfig(grade_cache=tmp_path / "verdicts"))
     grades = _Grades(config, AGENT)
     assert _grade_all(grades, task, ["flaky"])[0].is_infra_error
     assert _grade_all(grades, task, ["flaky"])[0].failure_class is FailureClass.TESTS_FAILED
