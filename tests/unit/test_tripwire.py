@@ -4,12 +4,15 @@ and what ordinary code does), and that code under test can neither see it nor si
 
 from __future__ import annotations
 
+import builtins
+import dis
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import textwrap
+import types
 from importlib import resources
 from pathlib import Path
 
@@ -231,3 +234,26 @@ def test_a_trusted_library_called_by_the_agent_is_no_trampoline(sandbox):
 def test_what_a_library_does_as_it_is_imported_is_its_own_doing(sandbox):
     lib = "import gc\nOBJECTS = len(gc.get_objects())\n"
     assert run_as_user(sandbox, "import lib\n", lib=lib) == []
+
+
+def test_the_hook_s_functions_look_up_no_name_of_their_module():
+    # the module's functions are deleted once the hook is in (its namespace is anyone's who imports it again):
+    # what the hook runs holds everything but builtins in its closures, bound before any code under test existed
+    source = resources.files("swerl.grading").joinpath("resources/swerl_tripwire.py").read_text()
+    module = compile(source, "swerl_tripwire.py", "exec")
+
+    def closures(code, depth=0):
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                if depth:
+                    yield const
+                yield from closures(const, depth + 1)
+
+    found = {code.co_name: {i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"}
+             for code in closures(module)}
+    assert {"hook", "judge", "judge_setattr", "attribute", "record", "is_agent", "owner"} <= set(found)
+    assert {name: sorted(n for n in names if not hasattr(builtins, n)) for name, names in found.items()} \
+        == dict.fromkeys(found, [])
+    namespace: dict = {}
+    exec(module, namespace)  # as root: the hook stays off, the functions go all the same
+    assert sorted(name for name in namespace if not name.startswith("__")) == ["CONFIG"]

@@ -25,7 +25,9 @@ import os
 MAX_LINE = 3800  # below PIPE_BUF (4096): each line reaches the reader whole
 
 
-def _make_hooks():
+def _make_sender():
+    """``send(event)``: one JSON line down the descriptor SWERL_REPORT_FD, taken out of the environment now; a
+    no-op where there is none."""
     import json
 
     fd = os.environ.pop("SWERL_REPORT_FD", None)
@@ -49,6 +51,10 @@ def _make_hooks():
         except OSError:
             pass
 
+    return send
+
+
+def _make_hooks(send):
     statuses = {"passed": "PASSED", "failed": "FAILED", "skipped": "SKIPPED"}
 
     def pytest_runtest_logreport(report):
@@ -104,5 +110,6 @@ OUTCOME_HOOKS = (
     "pytest_itemcollected", "pytest_ignore_collect", "pytest_runtestloop", "pytest_fixture_setup",
     "pytest_sessionfinish",
 )
-pytest_runtest_logreport, pytest_collectreport, pytest_sessionfinish, pytest_collection_finish = _make_hooks()
-del _make_hooks
+pytest_runtest_logreport, pytest_collectreport, pytest_sessionfinish, pytest_collection_finish = \
+    _make_hooks(_make_sender())
+del _make_hooks, _make_sender
