@@ -91,6 +91,30 @@ def test_the_outcome_hooks_of_the_project_are_listed_by_file_and_function(tmp_pa
     assert report["hooks"] == [["pytest_runtest_makereport", str(project / "helpers.py"), "forced"]]
 
 
+def test_a_conftest_that_rewrites_the_plugin_s_names_or_the_builtins_hides_no_hook(tmp_path):
+    # what the listing reads was bound as the plugin was imported: its module's names and builtins' are anyone's (the
+    # fake getattr breaks pytest itself here, after collection: the listing is what is checked)
+    helpers = "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef forced(item, call):\n    yield\n"
+    blind = ("import builtins, sys\n"
+             "plugin = sys.modules['swerl_report_t1']\n"
+             "plugin.OUTCOME_HOOKS = ()\n"
+             "plugin.__file__ = __file__.replace('conftest.py', 'helpers.py')\n"
+             "plugin.MAX_LINE = 0\n"
+             "real_getattr = builtins.getattr\n"
+             "def fake_getattr(obj, name, *default):\n"
+             "    return None if name == 'pytest_runtest_makereport' else real_getattr(obj, name, *default)\n"
+             "builtins.getattr = fake_getattr\n"
+             "real_len = builtins.len\n"
+             "def fake_len(obj):  # the listing's rows look empty\n"
+             "    return 0 if type(obj) is list and obj and type(obj[0]) is list else real_len(obj)\n"
+             "builtins.len = fake_len\n"
+             "from helpers import *  # noqa\n"
+             "pytest_runtest_makereport = forced\n")
+    project = project_with(tmp_path, **{"test_mod.py": TESTS, "helpers.py": helpers, "conftest.py": blind})
+    report = run_plugin(project)
+    assert report["hooks"] == [["pytest_runtest_makereport", str(project / "helpers.py"), "forced"]]
+
+
 def test_root_writes_canaries_beside_pytest_functions_and_unittest_methods(tmp_path):
     project = project_with(tmp_path, **{"test_mod.py": TESTS})
     built = build(str(project), TARGETS, seed=7)

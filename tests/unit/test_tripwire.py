@@ -4,7 +4,6 @@ and what ordinary code does), and that code under test can neither see it nor si
 
 from __future__ import annotations
 
-import builtins
 import dis
 import os
 import shutil
@@ -222,6 +221,25 @@ def test_code_under_test_neither_finds_the_hook_nor_silences_it(sandbox):
     assert proc.returncode == 86 and "survived" not in proc.stdout  # a tripwire that cannot report fails closed
 
 
+BLIND_BUILTINS = """\
+    import builtins, testmod
+    real_getattr, real_len, real_isinstance = builtins.getattr, builtins.len, builtins.isinstance
+    # every code object seems to be the caller's own, no frame read counts, no /proc path is a str
+    builtins.getattr = lambda obj, name, *d: __file__ if name == "co_filename" else real_getattr(obj, name, *d)
+    builtins.len = lambda obj: 0 if type(obj) is tuple else real_len(obj)
+    builtins.isinstance = lambda obj, cls: False if cls is str else real_isinstance(obj, cls)
+    def e():
+        pass
+    testmod.t.__code__ = e.__code__
+    """
+
+
+def test_replacing_the_builtins_the_hook_calls_blinds_it_to_nothing(sandbox):
+    records = run_as_user(sandbox, BLIND_BUILTINS, testmod=TESTMOD)
+    assert [r.split(" ")[0] for r in records] == ["object.__setattr__"], records
+    assert records[0].startswith(f"object.__setattr__ {sandbox / 'agent.py'} __code__ of t replaced")
+
+
 def test_a_trusted_library_called_by_the_agent_is_no_trampoline(sandbox):
     # the project's own helper (or pytest's) doing the tampering the agent's code asked for
     helper = "import gc\n\ndef everything():\n    return gc.get_objects()\n\ndef swap(f, g):\n    f.__code__ = g.__code__\n"
@@ -236,9 +254,10 @@ def test_what_a_library_does_as_it_is_imported_is_its_own_doing(sandbox):
     assert run_as_user(sandbox, "import lib\n", lib=lib) == []
 
 
-def test_the_hook_s_functions_look_up_no_name_of_their_module():
-    # the module's functions are deleted once the hook is in (its namespace is anyone's who imports it again):
-    # what the hook runs holds everything but builtins in its closures, bound before any code under test existed
+def test_the_hook_s_functions_look_up_no_global_name_not_even_a_builtin():
+    # the module's functions are deleted once the hook is in (its namespace is anyone's who imports it again), and
+    # code under test can replace `builtins.getattr` unseen: what the hook runs holds everything it calls in its
+    # closures, bound before any code under test existed
     source = resources.files("swerl.grading").joinpath("resources/swerl_tripwire.py").read_text()
     module = compile(source, "swerl_tripwire.py", "exec")
 
@@ -252,8 +271,7 @@ def test_the_hook_s_functions_look_up_no_name_of_their_module():
     found = {code.co_name: {i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"}
              for code in closures(module)}
     assert {"hook", "judge", "judge_setattr", "attribute", "record", "is_agent", "owner"} <= set(found)
-    assert {name: sorted(n for n in names if not hasattr(builtins, n)) for name, names in found.items()} \
-        == dict.fromkeys(found, [])
+    assert {name: sorted(names) for name, names in found.items()} == dict.fromkeys(found, [])
     namespace: dict = {}
     exec(module, namespace)  # as root: the hook stays off, the functions go all the same
     assert sorted(name for name in namespace if not name.startswith("__")) == ["CONFIG"]

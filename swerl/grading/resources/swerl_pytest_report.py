@@ -9,7 +9,8 @@ add lines to the pipe but never take one back, and grading keeps the worst outco
 test was ever given and counts how often each test ran. Evidence forged after the fact (at
 exit, by a re-run) cannot undo a failure already sent. The descriptor leaves the environment
 as this module is imported, before any code under test runs, and the hooks hold what they use
-in closures bound then: replacing a name in this module's namespace changes nothing they do.
+in closures bound then, the builtins they call included: replacing a name in this module's
+namespace, or in ``builtins``, changes nothing they do.
 
 At the end of collection it lists which files and functions implement the hooks that choose, run or
 report tests (outside the environment's own plugins): the host refuses a run where one of them is a
@@ -25,7 +26,11 @@ import os
 MAX_LINE = 3800  # below PIPE_BUF (4096): each line reaches the reader whole
 
 
-def _make_sender():
+# Builtins are parameters of the factories below, their defaults bound as this module is imported: code under test
+# can replace `builtins.len` without a trace, and a closure that looked it up when called would use the fake.
+
+
+def _make_sender(max_line=MAX_LINE, len=len, dict=dict, OSError=OSError):
     """``send(event)``: one JSON line down the descriptor SWERL_REPORT_FD, taken out of the environment now; a
     no-op where there is none."""
     import json
@@ -43,8 +48,8 @@ def _make_sender():
         if fd is None:
             return
         line = dumps(event)
-        if len(line) > MAX_LINE and "longrepr" in event:
-            event = dict(event, longrepr=event["longrepr"][-(MAX_LINE // 2):])
+        if len(line) > max_line and "longrepr" in event:
+            event = dict(event, longrepr=event["longrepr"][-(max_line // 2):])
             line = dumps(event)
         try:
             write(fd, (line + "\n").encode())
@@ -54,7 +59,10 @@ def _make_sender():
     return send
 
 
-def _make_hooks(send):
+def _make_hooks(send, outcome_hooks, this_file, hasattr=hasattr, getattr=getattr, str=str, int=int, len=len, range=range,
+                repr=repr):
+    """The plugin's four hooks; ``outcome_hooks`` the hooks whose implementations are listed, ``this_file`` the
+    plugin's own path (its hooks are not listed)."""
     statuses = {"passed": "PASSED", "failed": "FAILED", "skipped": "SKIPPED"}
 
     def pytest_runtest_logreport(report):
@@ -87,12 +95,12 @@ def _make_hooks(send):
         # function it was defined as (the host judges which of them the patch added); the environment's own
         # plugins are left out, and the lines stay below PIPE_BUF
         hook, impls = session.config.pluginmanager.hook, []
-        for name in OUTCOME_HOOKS:
+        for name in outcome_hooks:
             caller = getattr(hook, name, None)
             for impl in (caller.get_hookimpls() if caller is not None else ()):
                 code = getattr(impl.function, "__code__", None)
                 where = code.co_filename if code is not None else str(getattr(impl.function, "__module__", ""))
-                if where.startswith(installed) or where == __file__:
+                if where.startswith(installed) or where == this_file:
                     continue
                 impls.append([name, where[-300:], code.co_name if code is not None else repr(impl.function)[:80]])
         for start in range(0, len(impls), 8):
@@ -111,5 +119,5 @@ OUTCOME_HOOKS = (
     "pytest_sessionfinish",
 )
 pytest_runtest_logreport, pytest_collectreport, pytest_sessionfinish, pytest_collection_finish = \
-    _make_hooks(_make_sender())
+    _make_hooks(_make_sender(), OUTCOME_HOOKS, __file__)
 del _make_hooks, _make_sender

@@ -6,7 +6,7 @@ interpreter the test command uses, so every interpreter of that environment star
 user runs ``_install`` while ``site`` starts up, before any module of the repository can be
 imported. An audit hook cannot be removed, and nothing Python can reach refers to this one: the
 module is gone from ``sys.modules`` once the hook is in, the hook's state lives in its closure only,
-and the functions it calls were bound before any code under test existed.
+and the functions it calls, the builtins included, were bound before any code under test existed.
 
 What it records: the operations code needs to tamper with a test run from inside the process
 (swap a function's code or a module's class, reach frames or every object, trace or profile,
@@ -61,7 +61,9 @@ def _install():
 
 
 # Each _make_* below returns closures over its arguments and nothing else, and the module's functions are deleted
-# once the hook is in: the hook's state is in closure cells only, and it looks up no name of this module.
+# once the hook is in: the hook's state is in closure cells only, and it looks up no name of this module. The builtins
+# a closure calls are parameters too, their defaults bound as this module is imported: code under test can replace
+# `builtins.getattr` without a trace, and a hook that looked it up when called would read what the fake says.
 
 
 def _event_kinds():
@@ -82,7 +84,7 @@ def _event_kinds():
     return frame_reads, spawns, frames, near_only, watched
 
 
-def _make_record(wire, posix, os):
+def _make_record(wire, posix, os, OSError=OSError):
     """``record(event, where, detail)``: one line down the FIFO at ``wire``, opened now, with the descriptor and
     ``write`` bound now. Where the FIFO cannot be opened, or a line written, the process ends (exit 86)."""
     write, fstat, getpid, exit_now = posix.write, posix.fstat, posix.getpid, os._exit
@@ -106,7 +108,7 @@ def _make_record(wire, posix, os):
     return record
 
 
-def _make_is_agent(agent, runner, uid, stat):
+def _make_is_agent(agent, runner, uid, stat, OSError=OSError):
     """``is_agent(path)``, each path's answer kept: ``agent`` the files the patch changed or created, ``runner`` the
     runner's own folders, ``uid`` the test user's."""
     owner_cache = {}
@@ -178,7 +180,8 @@ def _make_stack_walkers(is_agent, stdlib):
     return transparent, owner, caller_in_agent, defining
 
 
-def _make_setattr_judge(is_agent, defining, modules):
+def _make_setattr_judge(is_agent, defining, modules, getattr=getattr, isinstance=isinstance, str=str, len=len,
+                        type=type, any=any):
     """``judge_setattr(args, immediate, frame)``: ``judge``'s verdict on an ``object.__setattr__`` or
     ``object.__delattr__`` event; ``modules`` is ``sys.modules``."""
     test_names = ("test", "setUp", "tearDown", "run", "debug", "_callTestMethod", "_callSetUp", "_callTearDown",
@@ -222,7 +225,8 @@ def _make_setattr_judge(is_agent, defining, modules):
     return judge_setattr
 
 
-def _make_judge(frame_reads, frames, spawns, env_vars, stdlib, transparent, judge_setattr):
+def _make_judge(frame_reads, frames, spawns, env_vars, stdlib, transparent, judge_setattr, isinstance=isinstance,
+                len=len, str=str, bytes=bytes):
     """``judge(event, args, frame)``: whether a watched event is tampering, by what it is and where it was raised."""
 
     def judge(event, args, frame):
@@ -302,7 +306,8 @@ def _make_attribute(frames, near_only, owner, is_agent, caller_in_agent, record)
     return attribute
 
 
-def _make_hook(watched, frame_reads, env_vars, env_bytes, judge, attribute, record, get_ident, getframe):
+def _make_hook(watched, frame_reads, env_vars, env_bytes, judge, attribute, record, get_ident, getframe,
+               isinstance=isinstance, len=len, str=str, bytes=bytes, ValueError=ValueError, BaseException=BaseException):
     """The audit hook: each watched event judged and attributed, once per thread at a time (what the hook does
     itself raises events too)."""
     busy = set()
