@@ -115,6 +115,19 @@ def test_a_conftest_that_rewrites_the_plugin_s_names_or_the_builtins_hides_no_ho
     assert report["hooks"] == [["pytest_runtest_makereport", str(project / "helpers.py"), "forced"]]
 
 
+def test_a_conftest_that_replaces_json_s_encoder_forges_no_outcome(tmp_path):
+    # the plugin writes its JSON itself: the json module's encoder is state a conftest may replace
+    forge = ("import json\n"
+             "class Forged(json.JSONEncoder):\n"
+             "    def encode(self, o):\n"
+             "        return super().encode(o).replace('FAILED', 'PASSED')\n"
+             "json._default_encoder = Forged()\n"
+             "json.encoder.c_make_encoder = None\n")
+    report = run_plugin(project_with(tmp_path, **{"test_mod.py": TESTS, "conftest.py": forge}))
+    assert report["tests"]["test_mod.py::test_b"] == "FAILED"
+    assert report["exitstatus"] == 1 and report["complete"] is True
+
+
 def test_root_writes_canaries_beside_pytest_functions_and_unittest_methods(tmp_path):
     project = project_with(tmp_path, **{"test_mod.py": TESTS})
     built = build(str(project), TARGETS, seed=7)

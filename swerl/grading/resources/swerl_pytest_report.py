@@ -30,11 +30,47 @@ MAX_LINE = 3800  # below PIPE_BUF (4096): each line reaches the reader whole
 # can replace `builtins.len` without a trace, and a closure that looked it up when called would use the fake.
 
 
-def _make_sender(max_line=MAX_LINE, len=len, dict=dict, OSError=OSError):
+def _make_dumps(type=type, str=str, bool=bool, int=int, list=list, tuple=tuple, dict=dict, ord=ord):
+    """``dumps(value)``: JSON text (ASCII) of str, int, bool, None, list, tuple and dict values, written here: the
+    ``json`` module's encoder is module state code under test may replace (``json._default_encoder``)."""
+    escapes = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+    def text(value):
+        out = []
+        for c in value:
+            escaped = escapes.get(c)
+            if escaped is None:
+                code = ord(c)
+                if 0x20 <= code < 0x7f:
+                    escaped = c
+                elif code < 0x10000:
+                    escaped = "\\u%04x" % code
+                else:  # a surrogate pair, as JSON writes characters past the BMP
+                    code -= 0x10000
+                    escaped = "\\u%04x\\u%04x" % (0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF))
+            out.append(escaped)
+        return '"' + "".join(out) + '"'
+
+    def dumps(value):
+        kind = type(value)
+        if kind is bool:
+            return "true" if value else "false"
+        if kind is int:
+            return "%d" % value
+        if value is None:
+            return "null"
+        if kind is list or kind is tuple:
+            return "[" + ", ".join([dumps(item) for item in value]) + "]"
+        if kind is dict:
+            return "{" + ", ".join([text(str(key)) + ": " + dumps(item) for key, item in value.items()]) + "}"
+        return text(str(value))
+
+    return dumps
+
+
+def _make_sender(dumps, max_line=MAX_LINE, len=len, dict=dict, OSError=OSError):
     """``send(event)``: one JSON line down the descriptor SWERL_REPORT_FD, taken out of the environment now; a
     no-op where there is none."""
-    import json
-
     fd = os.environ.pop("SWERL_REPORT_FD", None)
     try:
         fd = int(fd) if fd is not None else None
@@ -42,7 +78,7 @@ def _make_sender(max_line=MAX_LINE, len=len, dict=dict, OSError=OSError):
             os.set_inheritable(fd, False)  # a subprocess or a re-executed pytest does not get it
     except (ValueError, OSError):
         fd = None
-    dumps, write = json.dumps, os.write
+    write = os.write
 
     def send(event):
         if fd is None:
@@ -119,5 +155,5 @@ OUTCOME_HOOKS = (
     "pytest_sessionfinish",
 )
 pytest_runtest_logreport, pytest_collectreport, pytest_sessionfinish, pytest_collection_finish = \
-    _make_hooks(_make_sender(), OUTCOME_HOOKS, __file__)
-del _make_hooks, _make_sender
+    _make_hooks(_make_sender(_make_dumps()), OUTCOME_HOOKS, __file__)
+del _make_hooks, _make_sender, _make_dumps
