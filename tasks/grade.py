@@ -11,13 +11,14 @@ from prefect.cache_policies import NO_CACHE
 
 from swerl.grading.grader import GradingConfig
 from swerl.orchestration.results import GradedChunk
+from swerl.util.paths import LOG_DIR
 from tasks.common import TAG_SANDBOX, retry_on_infrastructure
 
 
 @task(name="grade-chunk", tags=[TAG_SANDBOX], retries=1, retry_condition_fn=retry_on_infrastructure,
       timeout_seconds=6 * 3600, cache_policy=NO_CACHE)
 def grade_chunk(tasks: Path, predictions: list[dict[str, Any]], manifest: Path, out: Path, concurrency: int = 2,
-                grading: GradingConfig | None = None, log_dir: Path = Path(".swerl/logs")) -> GradedChunk:
+                grading: GradingConfig | None = None, log_dir: Path = LOG_DIR) -> GradedChunk:
     """Write one result line per prediction to ``out`` (JSONL); predictions for unknown instances are refused."""
     from swerl.grading.grader import grade_many
     from swerl.stages.images import load_task_file, read_manifest

@@ -23,6 +23,7 @@ from prefect.cache_policies import NO_CACHE
 from swerl.grading.grader import GradingConfig
 from swerl.orchestration.results import ValidationSummary
 from swerl.stages.images import ImagesResult, ImagesStage, build_images
+from swerl.util.paths import LOG_DIR
 from tasks.common import TAG_IMAGE_BUILD, TAG_SANDBOX, retry_on_infrastructure
 
 CACHE_FOR = timedelta(days=30)
@@ -84,7 +85,7 @@ def build_images_task(stage: ImagesStage) -> ImagesResult:
 @task(name="validate-tasks", tags=[TAG_SANDBOX], retries=1, retry_condition_fn=retry_on_infrastructure,
       timeout_seconds=6 * 3600, cache_policy=NO_CACHE)
 def validate_tasks_task(tasks: Path, manifest: Path, runs: int, out: Path, concurrency: int = 2,
-                        log_dir: Path = Path(".swerl/logs"), grading: GradingConfig | None = None) -> ValidationSummary:
+                        log_dir: Path = LOG_DIR, grading: GradingConfig | None = None) -> ValidationSummary:
     """Gold patch ``runs`` times and the empty patch once per task, each in a fresh sandbox, graded as ``grading``
     says (the pipeline's sampler's: validation and the rollouts grade alike)."""
     import uuid

@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 
 from swerl.cli.progress import bar
+from swerl.util.paths import LOG_DIR
 
 console = Console(stderr=True, soft_wrap=True)
 
@@ -16,7 +17,7 @@ ReposOpt = typer.Option(None, "--repos", help="Mirror folder holding repositorie
 CaOpt = typer.Option(None, "--ca-cert", help="Extra CA certificate (PEM) for builds; repeat for more. Default: the host's bundle.")
 SkipOpt = typer.Option(False, "--skip-invalid", help="Load the valid records and report the invalid ones instead of stopping.")
 ParallelOpt = typer.Option(2, "--concurrency", "-j", min=1, max=64, help="Builds / sandboxes at once.")
-LogDirOpt = typer.Option(Path(".swerl/logs"), "--log-dir", help="Build and grading logs go here.")
+LogDirOpt = typer.Option(LOG_DIR, "--log-dir", help="Build and grading logs go here.")
 TimeoutOpt = typer.Option(None, "--timeout", min=0.001, max=86400,
                           help="Seconds allowed for one test run (default: GradingConfig.test_timeout_s, 900).")
 

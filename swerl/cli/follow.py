@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from swerl.cli.common import fail
+from swerl.util.paths import SERVICES_HOME
 
 IntervalOpt = typer.Option(5.0, "--interval", min=0.5, help="Seconds between polls of the Prefect API.")
 
@@ -19,12 +20,12 @@ def offline_env() -> None:
         os.environ.setdefault(key, value)
 
 
-HomeOpt = typer.Option(Path(".swerl/services"), "--home",
+HomeOpt = typer.Option(SERVICES_HOME, "--home",
                        help="Folder of the stack `swerl up` started, whose server is followed when PREFECT_API_URL is not set.")
 HEALTH_TIMEOUT_S = 3.0
 
 
-def require_api(home: Path = Path(".swerl/services")) -> str:
+def require_api(home: Path = SERVICES_HOME) -> str:
     """The Prefect server's API URL: PREFECT_API_URL, else the server `swerl up` runs from ``home`` (exported
     for the client); one health probe says at once when nobody answers there. Following a run on an
     ephemeral server of our own would show nothing."""

@@ -8,9 +8,10 @@ from typing import Optional
 import typer
 
 from swerl.cli.common import console
+from swerl.util.paths import DEMO_DIR
 
 
-def demo_materialize(out: Path = typer.Option(Path(".swerl/demo"), "--out", help="Folder for repos/ and tasks.jsonl.")) -> None:
+def demo_materialize(out: Path = typer.Option(DEMO_DIR, "--out", help="Folder for repos/ and tasks.jsonl.")) -> None:
     """Write the demo tasks (tasks.jsonl) and their git repositories (repos/)."""
     from swerl.demo import materialize_demo
 

@@ -11,13 +11,14 @@ from rich.table import Table
 
 from swerl.cli.common import (CaOpt, LogDirOpt, ParallelOpt, ReposOpt, SkipOpt, TasksOpt, build_images, console, docker_ready,
                               image_config, load_task_list)
+from swerl.util.paths import IMAGES_MANIFEST
 
 
 def images_build(
     tasks: Path = TasksOpt, repos: Optional[Path] = ReposOpt, ca_cert: Optional[list[Path]] = CaOpt,
     concurrency: int = ParallelOpt, log_dir: Path = LogDirOpt, skip_invalid: bool = SkipOpt,
     github: bool = typer.Option(False, "--github", help="Clone repositories missing from --repos from GitHub."),
-    manifest: Path = typer.Option(Path(".swerl/images.json"), "--manifest", help="Where the task -> image map is written."),
+    manifest: Path = typer.Option(IMAGES_MANIFEST, "--manifest", help="Where the task -> image map is written."),
 ) -> None:
     """Build base, environment and instance images for a task set (cached by content hash)."""
     from swerl.envs.images import write_manifest

@@ -16,8 +16,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from swerl.cli.common import fail, console
+from swerl.util.paths import SERVICES_HOME
 
-HomeOpt = typer.Option(Path(".swerl/services"), "--home",
+HomeOpt = typer.Option(SERVICES_HOME, "--home",
                        help="Folder of the stack: pid files, logs, SQLite databases or the PostgreSQL cluster.")
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from swerl.util.paths import SERVICES_HOME
+
 SAVED_CONFIG = "services.json"
 # The managed PostgreSQL cluster: its superuser, and one database per service
 PG_SUPERUSER = "swerl"
@@ -26,7 +28,7 @@ class ServicesConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     home: Path = Field(
-        Path(".swerl/services"),
+        SERVICES_HOME,
         description="Pid files, logs, the default SQLite databases and artifacts, and PREFECT_HOME of the server and worker.",
     )
     host: str = Field("127.0.0.1", min_length=1, max_length=253, description="Interface both servers bind.")

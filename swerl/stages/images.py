@@ -12,6 +12,7 @@ from swerl.data.loaders import TaskLoadError, load_tasks
 from swerl.data.task import Task
 from swerl.envs.images import BuildOutcome, ImageBuilder, ImageConfig, write_manifest
 from swerl.stages.errors import StageInputError
+from swerl.util.paths import IMAGES_MANIFEST, LOG_DIR
 
 
 class ImagesStage(BaseModel):
@@ -23,9 +24,9 @@ class ImagesStage(BaseModel):
     repos: Path | None = Field(None, description="Mirror folder holding repositories as `<owner>__<name>`.")
     ca_certs: list[Path] | None = Field(None, description="Extra CA certificates (PEM) for builds; default: the host's bundle.")
     concurrency: int = Field(2, ge=1, le=64, description="Builds at once.")
-    log_dir: Path = Field(Path(".swerl/logs"), description="Build logs go to LOG_DIR/builds.")
+    log_dir: Path = Field(LOG_DIR, description="Build logs go to LOG_DIR/builds.")
     github: bool = Field(False, description="Clone repositories missing from `repos` from GitHub.")
-    manifest: Path = Field(Path(".swerl/images.json"), description="Where the task -> image map is written.")
+    manifest: Path = Field(IMAGES_MANIFEST, description="Where the task -> image map is written.")
     skip_invalid: bool = Field(False, description="Load the valid task records and skip the invalid ones.")
 
 

@@ -27,6 +27,7 @@ from swerl.rollout.sampler import SamplerConfig
 from swerl.rollout.store import TrajectoryStore
 from swerl.stages.errors import InfraFailureRate, StageInputError
 from swerl.stages.images import ImagesStage, build_outcomes, image_config, load_task_file
+from swerl.util.paths import LOG_DIR
 
 
 class RolloutStage(BaseModel):
@@ -44,7 +45,7 @@ class RolloutStage(BaseModel):
     seed: int | None = Field(0, description="Base sampling seed; None: unseeded.")
     grade: bool = Field(True, description="Grade every trajectory in a fresh sandbox.")
     policy_version: str = Field("0", description="Recorded on every trajectory; training refuses other versions.")
-    log_dir: Path = Field(Path(".swerl/logs"), description="Build and grading logs.")
+    log_dir: Path = Field(LOG_DIR, description="Build and grading logs.")
     skip_invalid: bool = Field(False, description="Load the valid task records and skip the invalid ones.")
     run_id: str | None = Field(None, description="Labels this run's containers (reaping, cancellation); default: random.")
     instance_ids: list[str] | None = Field(None, description="Only these tasks of the file (a chunk); None: all.")

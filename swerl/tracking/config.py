@@ -8,7 +8,9 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-DEFAULT_DB = Path(".swerl/mlflow.db")
+from swerl.util.paths import MLFLOW_DB
+
+DEFAULT_DB = MLFLOW_DB
 SQLITE_PREFIX = "sqlite:///"
 # Backends the MlflowClient can reach without a plugin. MLflow 3 refuses a bare folder (the
 # file store) unless told otherwise, so a path is rejected here with the fix in the message.
