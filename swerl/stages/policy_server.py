@@ -105,8 +105,8 @@ def policy_server(params: M, model: str | Path, run_dir: Path) -> Iterator[M]:
     import torch
 
     gpu = torch.cuda.is_available()
-    eager = config.enforce_eager if config.enforce_eager is not None else not gpu
-    dtype = ("auto" if gpu else "float32") if config.dtype == "auto" else config.dtype
+    eager = config.eager(on_cpu=not gpu)
+    dtype = config.vllm_dtype(on_cpu=not gpu)
     with serve_vllm(start, config.port, config.extra_args, startup_timeout_s=config.ready_timeout_s, host=config.host,
                     served_model_name=config.served_model_name, dtype=dtype, max_model_len=config.max_model_len,
                     enforce_eager=eager, cpu_kv_cache_gib=max(1, round(config.cpu_kv_cache_gib)),

@@ -79,7 +79,8 @@ ALLOWED: dict[str, dict[str, set[str]]] = {
         "DAPO's group size G: a group advantage needs two": {"DAPOParams"},
     },
     "dtype": {
-        "an engine's compute dtype (float16 serves well)": {"HFEngineConfig", "VLLMEngineConfig", "VLLMServeConfig"},
+        "an engine's compute dtype (float16 serves well)": {"HFEngineConfig", "VLLMEngineConfig", "VLLMServeConfig",
+                                                            "VLLMSettings"},
         "the trainer's compute dtype (no float16: there is no loss scaling)": {
             "TrainParams", "TrainSettings", "TrainerConfig", "TrainerSettings"},
     },
