@@ -16,6 +16,15 @@ still count in the normaliser. A failed run's sure tokens (fences, the end-of-tu
 command's name) are rarely why it failed, yet at a small model's learning rate the push on
 them generalises until the policy stops ending its turns; the uncertain tokens, where the
 run went another way, keep their negative signal.
+
+Off-policy (decoupled PPO, as AReaL does it; verl's truncated importance sampling): trajectories
+sampled by an older policy than the one that starts the update, ``pi_behav`` (the sampler's log-probs,
+``old_logprobs``) and ``pi_prox`` (``prox_logprobs``: the update's starting policy, recomputed by the
+trainer). Then ``rho = pi_theta / pi_prox`` is clipped as above, and each token's objective is weighted
+by ``w = min(pi_prox / pi_behav, is_cap)`` (no gradient through it): the clip keeps the update near the
+policy it starts from, the weight corrects for the data coming from another, and the cap bounds the
+variance a token the old policy found unlikely would bring. Without ``prox_logprobs`` (staleness 0: the
+behaviour policy is the update's start) the loss is the synchronous one, computed as it always was.
 """
 
 from __future__ import annotations
@@ -75,6 +84,16 @@ def neg_capped(mask: torch.Tensor, advantages: torch.Tensor, old_logprobs: torch
     return mask & (advantages < 0) & (old_logprobs > math.log(neg_prob_cap))
 
 
+def truncated_is_weight(prox_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor,
+                        cap: float) -> torch.Tensor:
+    """Per-token ``min(pi_prox / pi_behav, cap)``, detached; 1 where ``mask`` is not set."""
+    if not cap >= 1.0:
+        raise ValueError(f"is_cap must be at least 1 (a weight below 1 for every token is no correction), got {cap}")
+    with torch.no_grad():
+        log_weight = torch.where(mask, prox_logprobs - behaviour_logprobs, torch.zeros_like(prox_logprobs))
+        return torch.exp(log_weight.clamp(max=math.log(cap)))
+
+
 def _dapo_metrics(ratio: torch.Tensor, log_ratio: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
                   eps_low: float, eps_high: float, entropy: torch.Tensor | None, capped: torch.Tensor | None,
                   ref_kl: torch.Tensor | None) -> dict[str, torch.Tensor]:
@@ -113,6 +132,8 @@ def dapo_loss(
     norm_sequences: int | None = None,
     neg_prob_cap: float = 1.0,
     kl_coef: float = 0.0,
+    prox_logprobs: torch.Tensor | None = None,  # [B, T] log pi_prox(token): the update's starting policy (off-policy data)
+    is_cap: float = 2.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``(loss, metrics)``; metrics are detached scalars over action tokens only.
 
@@ -121,19 +142,27 @@ def dapo_loss(
     ``neg_prob_cap``: negative-advantage tokens with ``pi_old > neg_prob_cap`` get no gradient (1.0: none left out).
     ``kl_coef``: GRPO's penalty ``kl_coef * k3(old_logprobs - logprobs)`` per action token, the sampler's
     policy as the reference (0: none, DAPO). Every action token carries it, capped ones too.
+    ``prox_logprobs``: off-policy data (see the module's docstring): ``rho`` and the KL reference are against it, and
+    each token's objective is weighted by ``min(pi_prox / pi_behav, is_cap)``; None: the synchronous loss, unchanged.
     Metrics: ``clip_frac_low`` (A < 0 and rho < 1 - eps_low: the low clip is what stops the
     gradient), ``clip_frac_high`` (A > 0 and rho > 1 + eps_high), ``approx_kl`` (k3 estimate of
     KL(pi_old || pi_theta)), ``ratio_mean/min/max``, ``entropy`` when it is given, ``neg_capped_frac``
     (action tokens left out by ``neg_prob_cap``, when it is below 1), ``ref_kl`` (the penalised k3 mean, when ``kl_coef`` > 0),
-    and ``action_tokens`` (to weight metrics across micro-batches).
+    ``is_weight_mean`` and ``is_truncated_frac`` (with ``prox_logprobs``: the correction's mean weight, and the share of
+    action tokens whose weight the cap cut), and ``action_tokens`` (to weight metrics across micro-batches).
     """
     _check_aggregation(aggregation, norm_tokens, norm_sequences)
     mask = action_mask.bool()
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+    start = old_logprobs if prox_logprobs is None else prox_logprobs  # the policy the update starts from
     # where, not multiplication: masked positions get ratio 1 and exactly zero gradient
-    log_ratio = torch.where(mask, logprobs - old_logprobs, torch.zeros_like(logprobs))
+    log_ratio = torch.where(mask, logprobs - start, torch.zeros_like(logprobs))
     ratio = torch.exp(log_ratio)
     objective = clipped_objective(ratio, adv, eps_low, eps_high)
+    weight = None
+    if prox_logprobs is not None:
+        weight = truncated_is_weight(prox_logprobs, old_logprobs, mask, is_cap)
+        objective = weight * objective
     capped = None
     if neg_prob_cap < 1.0:
         capped = neg_capped(mask, adv, old_logprobs, neg_prob_cap)
@@ -141,8 +170,12 @@ def dapo_loss(
     pg_loss = -_aggregate(objective, mask, aggregation, norm_tokens, norm_sequences)
     loss, ref_kl = pg_loss, None
     if kl_coef > 0:
-        ref_kl = k3(-log_ratio)  # log pi_ref - log pi_theta, pi_ref the sampler's policy; 0 where masked
+        ref_kl = k3(-log_ratio)  # log pi_ref - log pi_theta, pi_ref the update's start; 0 where masked
         loss = pg_loss + kl_coef * _aggregate(ref_kl, mask, aggregation, norm_tokens, norm_sequences)
     metrics = {"pg_loss": pg_loss.detach(),
                **_dapo_metrics(ratio, log_ratio, adv, mask, eps_low, eps_high, entropy, capped, ref_kl)}
+    if weight is not None:
+        metrics["is_weight_mean"] = masked_mean(weight, mask)
+        cut = (prox_logprobs - old_logprobs) > math.log(is_cap)
+        metrics["is_truncated_frac"] = masked_mean(cut.to(weight.dtype), mask)
     return loss, metrics

@@ -188,3 +188,49 @@ def test_neg_capped_marks_only_sure_action_tokens_of_negative_advantage():
     adv = torch.tensor([[-1.0], [1.0]]).expand(2, 3)
     mask = torch.tensor([[True, True, False], [True, True, True]])
     assert neg_capped(mask, adv, old, 0.5).tolist() == [[True, False, False], [False, False, False]]
+
+
+# --- off-policy data: decoupled PPO, a truncated importance weight between the sampler and the update's start ----------
+
+
+def test_off_policy_tokens_are_clipped_against_the_update_s_start_and_weighted_by_the_truncated_ratio():
+    logprobs, old, adv, mask = five_cases()  # rho against the sampler's log-probs: RATIOS
+    # the update starts from a newer policy: pi_prox / pi_behav per action token, the last one past the cap of 2
+    weights = [1.0, 1.5, 0.5, 1.0, 4.0]
+    prox = old.clone()
+    prox[:, 1] = old[:, 1] + torch.log(torch.tensor(weights, dtype=torch.float64))
+    prox[:, 0], prox[:, 2] = 50.0, -50.0  # junk off the action tokens
+    loss, m = dapo_loss(logprobs, old, adv, mask, EPS_LOW, EPS_HIGH, prox_logprobs=prox, is_cap=2.0)
+    # rho = pi_theta / pi_prox = RATIOS / weights = [0.5, 1/3, 4.0, 2.0, 0.275]; clipped objective per token:
+    #   min(-0.5, -0.8) = -0.8;  min(1/3, 0.8) = 1/3;  min(4.0, 1.3) = 1.3;  min(-2.0, -1.3) = -2.0;  min(0.275, 0.8) = 0.275
+    # weighted by min(weights, 2) = [1, 1.5, 0.5, 1, 2]: -0.8 + 0.5 + 0.65 - 2.0 + 0.55 = -1.1, over 5 tokens
+    assert loss.item() == pytest.approx(0.22, abs=1e-12)
+    loss.backward()
+    # d/d logprob of w * rho * A where unclipped: -(w * rho * A) / 5; clipped tokens get none
+    assert logprobs.grad[:, 1].tolist() == pytest.approx([0.0, -0.1, 0.0, 0.4, -0.11], abs=1e-12)
+    assert logprobs.grad[:, [0, 2]].eq(0).all()
+    assert m["is_weight_mean"].item() == pytest.approx(1.2, abs=1e-12)  # (1 + 1.5 + 0.5 + 1 + 2) / 5
+    assert m["is_truncated_frac"].item() == pytest.approx(0.2, abs=1e-15)
+    # the low clip binds at rho 0.5 (A < 0), the high at rho 4.0 (A > 0); rho 2.0 with A < 0 is not clipped
+    assert (m["clip_frac_low"].item(), m["clip_frac_high"].item()) == (0.2, 0.2)
+
+
+def test_without_the_update_s_start_the_loss_is_the_synchronous_one_bit_for_bit():
+    logprobs, old, adv, mask = random_batch(3)
+    sync, sync_m = dapo_loss(logprobs, old, adv, mask, neg_prob_cap=0.7, kl_coef=0.05)
+    again, again_m = dapo_loss(logprobs, old, adv, mask, neg_prob_cap=0.7, kl_coef=0.05, prox_logprobs=None, is_cap=5.0)
+    assert torch.equal(sync, again) and sync_m.keys() == again_m.keys()
+    assert all(torch.equal(sync_m[k], again_m[k]) for k in sync_m)
+
+
+def test_a_start_equal_to_the_sampler_weighs_every_token_one_and_changes_no_value():
+    logprobs, old, adv, mask = random_batch(4)
+    sync, _ = dapo_loss(logprobs, old, adv, mask)
+    same, m = dapo_loss(logprobs, old, adv, mask, prox_logprobs=old.clone())
+    assert same.item() == sync.item() and m["is_weight_mean"].item() == 1.0 and m["is_truncated_frac"].item() == 0.0
+
+
+def test_a_cap_below_one_is_refused():
+    logprobs, old, adv, mask = five_cases()
+    with pytest.raises(ValueError, match="is_cap must be at least 1"):
+        dapo_loss(logprobs, old, adv, mask, prox_logprobs=old, is_cap=0.5)
