@@ -156,27 +156,42 @@ def run(args):
     env[TAG_VAR] = tag
     env["SWERL_PYTHON"] = sys.executable  # the image's own python3, for swerl's helpers inside the command
     shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        [shell, "-c", args["cmd"]], cwd=args.get("cwd") or "/", env=env, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )
     capture = Capture(limit)
+    read_fd, write_fd = os.pipe()
+    handed = []
+    ready = threading.Event()
 
     def pump():
-        fd = proc.stdout.fileno()
         while True:
-            chunk = os.read(fd, 65536)
+            chunk = os.read(read_fd, 65536)
             if not chunk:
+                os.close(read_fd)
                 return
             capture.feed(chunk)
 
+    def wait():
+        ready.wait()
+        if handed:
+            handed[0].wait()
+
+    # both threads exist before the command starts: its processes count against the sandbox's process limit, and
+    # a fork bomb that filled it first would leave the runner unable to start a thread, and so to answer.
+    # The waiter blocks in waitpid, joined with a timeout: Popen.wait(timeout) polls, and its sleeps (up to
+    # 50 ms) were added to every command's end
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    # a thread blocked in waitpid, joined with a timeout: Popen.wait(timeout) polls, and its sleeps (up to
-    # 50 ms) were added to every command's end
-    waiter = threading.Thread(target=proc.wait, daemon=True)
+    waiter = threading.Thread(target=wait, daemon=True)
     waiter.start()
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            [shell, "-c", args["cmd"]], cwd=args.get("cwd") or "/", env=env, stdin=subprocess.DEVNULL,
+            stdout=write_fd, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        handed.append(proc)
+    finally:
+        os.close(write_fd)  # the command holds the pipe's write end now; EOF comes when it and its children end
+        ready.set()
     waiter.join(timeout)
     timed_out = waiter.is_alive()
     code = None if timed_out else proc.returncode
