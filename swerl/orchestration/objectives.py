@@ -119,7 +119,8 @@ class DAPOIteration(BaseModel):
         # MLflow params are immutable: a resumed run logs these again, so any loss setting beyond the keys every run
         # logged comes only when changed (a new defaulted option then adds nothing to a run logged before it)
         return {"iteration": self.iteration, "samples": d.samples, "eps_low": d.loss.eps_low, "eps_high": d.loss.eps_high,
-                "lr": d.train.optimizer.lr, "advantage": d.advantage, "start_policy": start_version, **changed(d.loss)}
+                "lr": d.train.optimizer.lr, "advantage": d.advantage, "start_policy": start_version, **changed(d.loss),
+                **changed(d.off_policy)}
 
     def stage_config(self, trajectories: Path, model: str, out: Path, seed: int, policy_version: str) -> DAPOStage:
         return DAPOStage(trajectories=[trajectories], model=model, out=out, seed=seed, train=self.train.settings(),

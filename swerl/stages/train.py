@@ -64,6 +64,18 @@ class RFTStage(TrainCommon, RFTConfig):
         return part(self, RFTConfig)
 
 
+class OffPolicyConfig(BaseModel):
+    """Off-policy DAPO: train on data sampled by a policy a few versions behind the one the update starts from
+    (an asynchronous pipeline samples the next iteration while this one trains), corrected by a truncated
+    importance weight (``swerl.rl.loss``; its cap is ``loss.is_cap``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_staleness: int = Field(0, ge=0, le=16, description="Most versions a trajectory (its oldest turn) may be behind the "
+                               "update's start (`policy_version`) to be trained on; the rest are left out and counted "
+                               "(data/stale_dropped). 0: only the start's own data, as the paper (synchronous).")
+
+
 class DAPOObjective(BaseModel):
     """What one DAPO update optimises: rewards, group baseline, which samples count, the clipped loss."""
 
@@ -77,6 +89,8 @@ class DAPOObjective(BaseModel):
     loss: LossConfig = Field(default_factory=LossConfig, description="Clip range (clip-higher) and token or sequence aggregation.")
     rewards_file: Path | None = Field(None, description="External grader: JSONL {trajectory_id, reward} replacing the computed "
                                       "rewards of the trajectories it names (ids are '<instance_id>/<sample_index>').")
+    off_policy: OffPolicyConfig = Field(default_factory=OffPolicyConfig, description="How stale the data may be "
+                                        "(0: synchronous).")
 
 
 class DAPOStage(TrainCommon, DAPOObjective):
@@ -166,7 +180,7 @@ def dapo_spec(stage: DAPOStage) -> dict[str, Any]:
     # the keys every DAPO run has recorded; any other loss setting (neg_prob_cap, kl_coef, ...) only when changed
     return {"objective": "dapo", "reward": stage.reward.model_dump(mode="json"), "advantage": stage.advantage,
             "eps_low": stage.loss.eps_low, "eps_high": stage.loss.eps_high, "drop_zero_advantage": stage.drop_zero_advantage,
-            "loss_aggregation": stage.loss.loss_aggregation, **changed(stage.loss)}
+            "loss_aggregation": stage.loss.loss_aggregation, **changed(stage.loss), **changed(stage.off_policy)}
 
 
 def train_rft(stage: RFTStage, on_start: OnStart | None = None, on_step: OnStep | None = None,
@@ -194,7 +208,10 @@ def train_dapo(stage: DAPOStage, on_start: OnStart | None = None, on_step: OnSte
     ``found``: the stage's trajectories when the caller has read them already."""
     from swerl.train import data
 
-    found = _read(stage.trajectories, stage.policy_version, exact=True, found=found)
+    bound = stage.off_policy.max_staleness
+    found = _read(stage.trajectories, None if bound else stage.policy_version, exact=True, found=found)
+    split = _within_staleness(stage, found) if bound else None
+    found = split.kept if split else found
     try:
         overrides = data.read_reward_overrides(stage.rewards_file) if stage.rewards_file else None
         d = data.dapo_data(found, stage.reward, stage.advantage, overrides, stage.drop_zero_advantage)
@@ -214,4 +231,37 @@ def train_dapo(stage: DAPOStage, on_start: OnStart | None = None, on_step: OnSte
             f"rewards are equal), {a.n_excluded} are masked or dropped by the limit/error policies")
     config = trainer_config(stage, "dapo", stage.train.epochs * data.steps_per_epoch(len(d.rows), stage.train.batch_size),
                             stage.loss)
-    return _train(stage, d.rows, config, dapo_spec(stage), d.summary(), on_start, on_step)
+    rows, figures = d.rows, d.summary()
+    if split is not None:
+        rows = _with_proximal(stage, rows, split.staleness)
+        figures |= {"stale_dropped": float(len(split.dropped)), "staleness_mean": split.mean()}
+        if on_data and split.dropped:
+            on_data(f"{len(split.dropped)} trajectory(ies) more than {bound} version(s) behind {stage.policy_version} left out")
+    return _train(stage, rows, config, dapo_spec(stage), figures, on_start, on_step)
+
+
+def _within_staleness(stage: DAPOStage, found: Sequence[Trajectory]):
+    """The trajectories at most ``off_policy.max_staleness`` versions behind the update's start, and the rest."""
+    from swerl.rl.staleness import StalenessError, within_bound
+
+    if stage.policy_version is None:
+        raise StageInputError("off_policy.max_staleness needs the update's starting version (policy_version) to measure "
+                              "how far behind each trajectory is")
+    try:
+        return within_bound(found, stage.policy_version, stage.off_policy.max_staleness)
+    except StalenessError as e:
+        raise StageInputError(str(e)) from e
+
+
+def _with_proximal(stage: DAPOStage, rows: list, staleness: dict[str, int]) -> list:
+    """``rows``, each stale one carrying its tokens' log-probs under the update's starting model (kept in the run folder
+    for a resume); a row of the start's own data needs none: its sampler was the start."""
+    from dataclasses import replace
+
+    from swerl.train.proximal import proximal_logprobs
+
+    stale = [r for r in rows if staleness[r.example.trajectory_id] > 0]
+    if not stale:
+        return rows
+    prox = proximal_logprobs(stage.model, stale, stage.out, chunk_size=stage.train.logprob_chunk_size)
+    return [replace(r, prox_logprobs=prox[r.example.trajectory_id]) if r.example.trajectory_id in prox else r for r in rows]

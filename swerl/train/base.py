@@ -42,22 +42,25 @@ class TrainBatch:
     advantages: torch.Tensor | None = None  # [B] float32
     pad_token_id: int = 0
     meta: dict[str, Any] = field(default_factory=dict)  # caller's bookkeeping (ids, iteration); not used in the math
+    prox_logprobs: list[torch.Tensor] | None = None  # B x [T_b] float32: the update's start policy (off-policy data only)
 
     def __post_init__(self) -> None:
         self.input_ids = _sequences("input_ids", self.input_ids, torch.long)
         self.action_mask = _sequences("action_mask", self.action_mask, torch.bool)
         if self.old_logprobs is not None:
             self.old_logprobs = _sequences("old_logprobs", self.old_logprobs, torch.float32)
+        if self.prox_logprobs is not None:
+            self.prox_logprobs = _sequences("prox_logprobs", self.prox_logprobs, torch.float32)
         if self.advantages is not None:
             self.advantages = torch.as_tensor(self.advantages, dtype=torch.float32).detach().cpu().reshape(-1)
         n = len(self.input_ids)
         if n == 0:
             raise ValueError("a TrainBatch needs at least one sequence")
-        for name in ("action_mask", "old_logprobs", "advantages"):
+        for name in ("action_mask", "old_logprobs", "advantages", "prox_logprobs"):
             value = getattr(self, name)
             if value is not None and len(value) != n:
                 raise ValueError(f"{name} has {len(value)} rows, input_ids has {n}")
-        for name in ("action_mask", "old_logprobs"):
+        for name in ("action_mask", "old_logprobs", "prox_logprobs"):
             rows = getattr(self, name)
             for i, row in enumerate(rows or []):
                 if row.numel() != self.input_ids[i].numel():
@@ -103,11 +106,12 @@ class TrainBatch:
             return None if rows is None else [rows[i] for i in indices]
 
         adv = None if self.advantages is None else self.advantages[list(indices)]
-        return TrainBatch(pick(self.input_ids), pick(self.action_mask), pick(self.old_logprobs), adv, self.pad_token_id)
+        return TrainBatch(pick(self.input_ids), pick(self.action_mask), pick(self.old_logprobs), adv, self.pad_token_id,
+                          prox_logprobs=pick(self.prox_logprobs))
 
     def padded(self, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
         """Right-padded [B, T] tensors (``input_ids``, ``attention_mask``, ``action_mask``,
-        ``old_logprobs``) and [B] ``advantages``, the absent ones left out."""
+        ``old_logprobs``, ``prox_logprobs``) and [B] ``advantages``, the absent ones left out."""
         width = max(self.lengths)
 
         def pad(rows: list[torch.Tensor], value) -> torch.Tensor:
@@ -120,13 +124,15 @@ class TrainBatch:
                "attention_mask": pad([torch.ones(n, dtype=torch.long) for n in self.lengths], 0)}
         if self.old_logprobs is not None:
             out["old_logprobs"] = pad(self.old_logprobs, 0.0)
+        if self.prox_logprobs is not None:
+            out["prox_logprobs"] = pad(self.prox_logprobs, 0.0)
         if self.advantages is not None:
             out["advantages"] = self.advantages.to(device)
         return out
 
     def save(self, path: Path) -> Path:
         """Write the batch to one file (``torch.save`` of tensors only), for a trainer in another process."""
-        state = {k: getattr(self, k) for k in ("input_ids", "action_mask", "old_logprobs", "advantages")}
+        state = {k: getattr(self, k) for k in ("input_ids", "action_mask", "old_logprobs", "advantages", "prox_logprobs")}
         torch.save({**{k: v for k, v in state.items() if v is not None}, "pad_token_id": self.pad_token_id}, path)
         return Path(path)
 

@@ -51,6 +51,9 @@ class LossConfig(BaseModel):
                            "the policy that began the iteration (DeepSeekMath's Algorithm 1 resets pi_ref to pi_theta each "
                            "iteration, and an iteration here samples once), so the sampler's log-probs serve and no "
                            "reference model is loaded. 0: no KL term, as DAPO and the paper.")
+    is_cap: float = Field(2.0, ge=1, le=1000, description="Off-policy data only (a trajectory sampled by an older policy "
+                          "than the update's start): the cap of its tokens' importance weight pi_prox / pi_behav "
+                          "(decoupled PPO's truncation; see swerl.rl.loss). Synchronous data is weighted 1.")
 
 
 class TorchTrainerConfig(BaseModel):

@@ -42,6 +42,7 @@ class Row:
 
     example: TrainExample
     advantage: float = 1.0
+    prox_logprobs: list[float] | None = None  # off-policy data: the update's start policy's log-probs (layout of old_logprobs)
 
     @property
     def length(self) -> int:
@@ -226,8 +227,12 @@ def split(rows: Sequence[Row], batch_size: int) -> list[list[Row]]:
 
 def to_batch(rows: Sequence[Row], pad_token_id: int = 0) -> TrainBatch:
     """One ``TrainBatch``: the rows' ids, masks, old log-probs and advantages; ``meta`` names them."""
+    # off-policy rows carry the update's start policy's log-probs; the others were sampled by it, so theirs are its
+    prox = [r.prox_logprobs if r.prox_logprobs is not None else r.example.old_logprobs for r in rows] \
+        if any(r.prox_logprobs is not None for r in rows) else None
     batch = TrainBatch([r.example.input_ids for r in rows], [r.example.action_mask for r in rows],
-                       [r.example.old_logprobs for r in rows], [r.advantage for r in rows], pad_token_id=pad_token_id)
+                       [r.example.old_logprobs for r in rows], [r.advantage for r in rows], pad_token_id=pad_token_id,
+                       prox_logprobs=prox)
     batch.meta["trajectory_ids"] = [r.example.trajectory_id for r in rows]
     return batch
 

@@ -32,7 +32,8 @@ from swerl.train.attention import cudnn_first
 from swerl.train.base import TrainBatch, TrainerConfig
 
 # Per-token metrics averaged over the step's action tokens (weights: each micro-batch's count).
-WEIGHTED_METRICS = ("clip_frac_low", "clip_frac_high", "approx_kl", "ratio_mean", "entropy", "neg_capped_frac", "ref_kl")
+WEIGHTED_METRICS = ("clip_frac_low", "clip_frac_high", "approx_kl", "ratio_mean", "entropy", "neg_capped_frac", "ref_kl",
+                    "is_weight_mean", "is_truncated_frac")
 
 
 def learning_rate(step: int, cfg: TrainerConfig) -> float:
@@ -176,7 +177,8 @@ def _dapo(lp, ent, mb: dict, cfg: TrainerConfig, norm_tokens: int, norm_sequence
     return dapo_loss(lp, mb["old_logprobs"], mb["advantages"], mb["action_mask"], cfg.loss.eps_low, cfg.loss.eps_high,
                      norm_tokens=norm_tokens if token else None, aggregation=cfg.loss.loss_aggregation,
                      entropy=ent.detach(), norm_sequences=None if token else norm_sequences,
-                     neg_prob_cap=cfg.loss.neg_prob_cap, kl_coef=cfg.loss.kl_coef)
+                     neg_prob_cap=cfg.loss.neg_prob_cap, kl_coef=cfg.loss.kl_coef, prox_logprobs=mb.get("prox_logprobs"),
+                     is_cap=cfg.loss.is_cap)
 
 
 def _sft(lp, ent, mb: dict, cfg: TrainerConfig, norm_tokens: int, norm_sequences: int):

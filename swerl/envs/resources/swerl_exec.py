@@ -140,23 +140,14 @@ class Capture:
 SANDBOX_START_VARS = ("SANDBOX_INIT", "SANDBOX_RUNNER")
 
 
-def run(args):
-    """Run one request; returns the result object."""
-    if args.get("kill_tag"):
-        kill_tagged(args["kill_tag"], None)
-        return {"killed": True}
-    if "write" in args:
-        write_files(args["write"])
-        return {"written": len(args["write"])}
-    tag, timeout, limit = args["tag"], args.get("timeout"), args["limit"]
-    env = dict(os.environ)
-    for name in SANDBOX_START_VARS:  # how the sandbox started its runner: not the command's business
-        env.pop(name, None)
-    env.update(args.get("env") or {})
-    env[TAG_VAR] = tag
-    env["SWERL_PYTHON"] = sys.executable  # the image's own python3, for swerl's helpers inside the command
-    shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
-    capture = Capture(limit)
+def start_command(argv, cwd, env, capture):
+    """``(proc, reader, waiter)``: the command started in its own session, its output pumped into ``capture`` by
+    ``reader``, and ``waiter`` blocked in its waitpid.
+
+    Both threads exist before the command starts: its processes count against the sandbox's process limit, and a
+    fork bomb that filled it first would leave the runner unable to start a thread, and so to answer. The waiter
+    is joined with a timeout: Popen.wait(timeout) polls, and its sleeps (up to 50 ms) were added to every command's end.
+    """
     read_fd, write_fd = os.pipe()
     handed = []
     ready = threading.Event()
@@ -174,24 +165,38 @@ def run(args):
         if handed:
             handed[0].wait()
 
-    # both threads exist before the command starts: its processes count against the sandbox's process limit, and
-    # a fork bomb that filled it first would leave the runner unable to start a thread, and so to answer.
-    # The waiter blocks in waitpid, joined with a timeout: Popen.wait(timeout) polls, and its sleeps (up to
-    # 50 ms) were added to every command's end
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     waiter = threading.Thread(target=wait, daemon=True)
     waiter.start()
-    start = time.monotonic()
     try:
-        proc = subprocess.Popen(
-            [shell, "-c", args["cmd"]], cwd=args.get("cwd") or "/", env=env, stdin=subprocess.DEVNULL,
-            stdout=write_fd, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        handed.append(proc)
+        handed.append(subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=write_fd,
+                                       stderr=subprocess.STDOUT, start_new_session=True))
     finally:
         os.close(write_fd)  # the command holds the pipe's write end now; EOF comes when it and its children end
         ready.set()
+    return handed[0], reader, waiter
+
+
+def run(args):
+    """Run one request; returns the result object."""
+    if args.get("kill_tag"):
+        kill_tagged(args["kill_tag"], None)
+        return {"killed": True}
+    if "write" in args:
+        write_files(args["write"])
+        return {"written": len(args["write"])}
+    tag, timeout, limit = args["tag"], args.get("timeout"), args["limit"]
+    env = dict(os.environ)
+    for name in SANDBOX_START_VARS:  # how the sandbox started its runner: not the command's business
+        env.pop(name, None)
+    env.update(args.get("env") or {})
+    env[TAG_VAR] = tag
+    env["SWERL_PYTHON"] = sys.executable  # the image's own python3, for swerl's helpers inside the command
+    shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+    capture = Capture(limit)
+    start = time.monotonic()
+    proc, reader, waiter = start_command([shell, "-c", args["cmd"]], args.get("cwd") or "/", env, capture)
     waiter.join(timeout)
     timed_out = waiter.is_alive()
     code = None if timed_out else proc.returncode
