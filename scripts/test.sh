@@ -16,5 +16,6 @@ export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$HOME/.cache/swerl/torch_ext
 # one process; tests share the daemon and check only what they made). The Docker, flow and
 # conformance tests wait on daemons, servers and containers much of the time, so on 2 cores a third
 # worker still gains: 1474-1478 tests took 30.7 and 35.2 min of pytest on three, 38.4 on two (2026-11-29;
-# runs vary by minutes here). SWERL_TEST_WORKERS=0 runs everything in this process.
-exec .venv/bin/python -m pytest tests -n "${SWERL_TEST_WORKERS:-3}" --dist loadfile "$@"
+# runs vary by minutes here). The slowest files start first (tests/conftest.py's SLOW_FILES; xdist's own
+# order, most tests first, left them to run alone at the end). SWERL_TEST_WORKERS=0 runs everything in this process.
+exec .venv/bin/python -m pytest tests -n "${SWERL_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder "$@"

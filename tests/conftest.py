@@ -21,6 +21,35 @@ if "SWERL_CACHE_DIR" not in os.environ:  # validation verdicts: no test may reus
     os.environ["SWERL_CACHE_DIR"] = tempfile.mkdtemp(prefix="swerl-test-cache-")
 
 
+# The files that take minutes, longest first (`--durations` of the whole suite, 2026-11-29). The test command's
+# workers each take whole files; started first (with `--no-loadscope-reorder`, which keeps this order instead of
+# xdist's most-tests-first), they run beside the many short files instead of alone at the end.
+SLOW_FILES = (
+    "tests/integration/test_trainers.py",
+    "tests/flows/test_pipeline_scaled_out.py",
+    "tests/flows/test_deployments.py",
+    "tests/flows/test_pipeline_flow.py",
+    "tests/conformance/test_engine_conformance.py",
+    "tests/integration/test_services_postgres.py",
+    "tests/flows/test_dask_fanout.py",
+    "tests/flows/test_pipeline_policy_server.py",
+    "tests/integration/test_openai_engine.py",
+    "tests/integration/test_official_harness_real.py",
+    "tests/integration/test_official_harness_runner.py",
+    "tests/integration/test_official_harness.py",
+    "tests/flows/test_schedule_fires.py",
+    "tests/flows/test_lineage_flows.py",
+    "tests/integration/test_vllm_engine.py",
+    "tests/integration/test_services.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slow files first, each file's tests in their own order (a stable sort: the rest keep theirs)."""
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(SLOW_FILES)))
+
+
 @pytest.fixture(scope="session")
 def docker_ready() -> None:
     from swerl.envs.docker_client import DockerUnavailableError, docker_client
