@@ -154,41 +154,33 @@ def pipeline(params: PipelineParams = PipelineParams()) -> PipelineSummary:
 def _pipeline(params: PipelineParams, inputs: PipelineInputs) -> PipelineSummary:
     """The stages in order, each skipped when the ledger has it: images, validation, then the policy stages."""
     run = PipelineRun.open(params, inputs)
-    sets = run.task_sets(run.stage("images", run.build_images, lambda r: images_facts("images", r.model_dump()),
-                                   ImagesOutcome))
+    images = run.stage("images", ImagesOutcome, run.build_images, lambda r: images_facts("images", r.model_dump()))
+    sets = run.task_sets(images)
     policy = PolicyRef.of(inputs.model, "0")
     trained: dict[str, StageResult] = {}
     for s in run.stages:  # the ledger skips every stage an earlier run finished
         if isinstance(s, StartStep):
-            policy = run.stage(s.name, lambda: run.register_start(policy), as_type=PolicyRef)
+            policy = run.stage(s.name, PolicyRef, lambda: run.register_start(policy))
         elif isinstance(s, TrainStep):
-            done = run.stage(s.name, lambda s=s, start=policy: run.train(s, start, sets), run.explain_training(s, policy),
-                             StageResult)
+            done = run.stage(s.name, StageResult, lambda s=s, start=policy: run.train(s, start, sets),
+                             run.explain_training(s, policy))
             if s.must_train and not done.trained:
                 raise RuntimeError(f"the {s.name.replace('-', ' ')} trained nothing: {done.reason}")
             policy = done.policy if done.trained else policy  # carried forward: keep its registry version
             trained[s.name] = done
         else:
-            evaluated = run.stage(s.name, lambda s=s, pol=policy: run.evaluate(s, pol, sets), run.explain_eval(s.name),
-                                  EvalResult)
+            evaluated = run.stage(s.name, EvalResult, lambda s=s, pol=policy: run.evaluate(s, pol, sets),
+                                  run.explain_eval(s.name))
             run.add_row(s, policy, evaluated, trained.get(s.after) if s.after else None)
     return run.finish(policy)
-
-
-class TaskSets(BaseModel):
-    """The task files the policy stages sample: training, held-out evaluation, warm-up (validated when asked)."""
-
-    train: Path
-    eval: Path
-    warm: Path | None = None
-    repos: Path | None = None
 
 
 class PipelineRun:
     """One pipeline run's shared state: its ledger, MLflow parent run, Prefect artifacts, table and story."""
 
-    def __init__(self, params: PipelineParams, inputs: PipelineInputs, parent: TrackedRun, progress_id: Any):
-        self.params, self.inputs, self.parent, self.progress_id = params, inputs, parent, progress_id
+    def __init__(self, params: PipelineParams, inputs: PipelineInputs, parent: TrackedRun):
+        self.params, self.inputs, self.parent = params, inputs, parent
+        self.progress_id: Any = None  # the Prefect progress artifact, made by ``open``
         self.run_dir = params.run_dir
         self.ledger = Ledger(self.run_dir)
         self.label = container_label(params.name)
@@ -209,12 +201,11 @@ class PipelineRun:
         if parent.url:
             create_link_artifact(key=artifact_key("mlflow", params.name), link=parent.url,
                                  link_text=f"MLflow: pipeline {params.name}", description="The pipeline's MLflow parent run")
-        ledger = Ledger(params.run_dir)
+        run = cls(params, inputs, parent)
         create_markdown_artifact(key=artifact_key("lineage", params.name), description="Where this pipeline's records are",
                                  markdown=f"MLflow parent run `{parent.run_id}` (experiment {parent.experiment_id}, tracking "
                                           f"`{params.tracking.tracking_uri or 'default'}`); run folder `{params.run_dir}`; "
-                                          f"stage ledger `{ledger.path}`")
-        run = cls(params, inputs, parent, None)
+                                          f"stage ledger `{run.ledger.path}`")
         run.progress_id = create_progress_artifact(progress=run.progress(), key=artifact_key("progress", params.name),
                                                    description=f"Stages of {params.name}")
         return run
@@ -222,8 +213,7 @@ class PipelineRun:
     def progress(self) -> float:
         return 100.0 * len([s for s in self.plan if self.ledger.get(s)]) / len(self.plan)
 
-    def stage(self, name: str, body: Callable[[], M], explain: Callable[[M], StageFacts] | None = None,
-              as_type: type[M] | None = None) -> M:
+    def stage(self, name: str, as_type: type[M], body: Callable[[], M], explain: Callable[[M], StageFacts] | None = None) -> M:
         """Run ``body`` unless the ledger has the stage; then say in words what it did (``explain``: result -> facts).
         ``as_type``: the result model the stage returns and the ledger reads back."""
         from prefect.artifacts import update_progress_artifact
@@ -272,20 +262,20 @@ class PipelineRun:
                                 cache_hit=built.name == "Cached")
         return ImagesOutcome(**out)
 
-    def task_sets(self, images: ImagesOutcome) -> TaskSets:
-        """The task files the policy stages sample: each one validated is replaced by its valid tasks."""
-        sets = self.sampled_sets()
-        found = TaskSets(train=sets["train"], eval=sets.get("eval", sets["train"]), warm=sets.get("warm"),
-                         repos=self.inputs.repos)
+    def task_sets(self, images: ImagesOutcome) -> PipelineInputs:
+        """The inputs the policy stages sample, each task file validated replaced by its valid tasks."""
         if not self.validating:
-            return found
-        valid = self.stage("validate", lambda: self.validate(sets, images),
-                           lambda r: validation_facts("validate", r.model_dump()), ValidationOutcome)
+            return self.inputs
+        sets = self.sampled_sets()
+        valid = self.stage("validate", ValidationOutcome, lambda: self.validate(sets, images),
+                           lambda r: validation_facts("validate", r.model_dump()))
         kept = {key: v.tasks for key in ("train", "eval", "warm") if (v := getattr(valid, key)) is not None}
-        train = kept.get("train", found.train)
+        inputs = self.inputs
+        tasks = kept.get("train", inputs.tasks)
         # the held-out set doubles as the training set when no separate one is given
-        return found.model_copy(update={"train": train, "eval": kept.get("eval", train if "eval" not in sets else found.eval),
-                                        "warm": kept.get("warm", found.warm)})
+        return inputs.model_copy(update={"tasks": tasks, "eval_tasks": kept.get("eval", tasks if "eval" not in sets
+                                                                                 else inputs.eval_tasks),
+                                         "warm_tasks": kept.get("warm", inputs.warm_tasks)})
 
     def validate(self, sets: dict[str, Path], images: ImagesOutcome) -> ValidationOutcome:
         wanted = set(self.params.validate_sets) | (
@@ -312,22 +302,22 @@ class PipelineRun:
                                             policy_version="0", step=0)
         return PolicyRef.of(policy.path, "0", registered)
 
-    def train(self, s: TrainStep, start: PolicyRef, sets: TaskSets) -> StageResult:
+    def train(self, s: TrainStep, start: PolicyRef, sets: PipelineInputs) -> StageResult:
         # one flow for every objective, its subflow runs named as before (`rft` for the warm start too)
         result = train_iteration.with_options(name=s.flow, flow_run_name=s.name)(
-            s.objective, tasks=sets.warm if s.task_set == "warm" else sets.train, model=start.path, out=self.run_dir / s.name,
+            s.objective, tasks=sets.warm_tasks if s.task_set == "warm" else sets.tasks, model=start.path, out=self.run_dir / s.name,
             repos=sets.repos, policy_version=start.policy_version, sampler=self.params.sampler, seed=self.params.seed,
             tracking=self.params.tracking, parent_run_id=self.parent.run_id, step=s.step, container_label=self.label)
         if s.on_parent:
             tr.log_metrics(self.params.tracking, self.parent.run_id, result.metrics, step=s.step)
         return result
 
-    def evaluate(self, s: EvalStep, policy: PolicyRef, sets: TaskSets) -> EvalResult:
+    def evaluate(self, s: EvalStep, policy: PolicyRef, sets: PipelineInputs) -> EvalResult:
         params = self.params
         if policy.registered_version:
             policy.check_registered(tr.resolve_policy(params.tracking, policy.model_arg()).path, params.tracking.tracking_uri)
         result = evaluate_stage.with_options(flow_run_name=s.name)(
-            EvaluateParams(model=policy.model_arg(), tasks=sets.eval, repos=sets.repos, runs=params.eval.runs, seed=params.seed,
+            EvaluateParams(model=policy.model_arg(), tasks=sets.eval_tasks, repos=sets.repos, runs=params.eval.runs, seed=params.seed,
                            sampler=params.sampler, tracking=params.tracking, promote=params.eval.promote),
             parent_run_id=self.parent.run_id, stage=s.name, step=s.step, out=self.run_dir / "eval" / s.name,
             container_label=self.label, policy_version=policy.policy_version)

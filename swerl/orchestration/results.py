@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from swerl.eval.report import EvalReport
 from swerl.orchestration.summary import Behaviour
+from swerl.stages.images import ImagesReady
 from swerl.stages.rollout import RolloutResult
 
 
@@ -228,21 +229,15 @@ class ValidationSummary(BaseModel):
     cached: int = Field(0, description="Tasks whose verdict came from the validation cache.")
 
 
-class ImagesBuilt(BaseModel):
+class ImagesBuilt(ImagesReady):
     """The build_images flow: the manifest, the images ready (and reused), the validation when asked."""
 
-    manifest: Path
-    ready: int
-    cached: int
     validation: ValidationSummary | None = None
 
 
-class ImageSet(BaseModel):
+class ImageSet(ImagesReady):
     """One task set's images in a pipeline: the manifest, the images ready and reused."""
 
-    manifest: Path
-    ready: int
-    cached: int
     cache_hit: bool = Field(False, description="Prefect's cache answered: every image was reused.")
 
 

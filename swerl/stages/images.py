@@ -30,10 +30,15 @@ class ImagesStage(BaseModel):
     skip_invalid: bool = Field(False, description="Load the valid task records and skip the invalid ones.")
 
 
-class ImagesResult(BaseModel):
+class ImagesReady(BaseModel):
+    """A task set's images: the manifest, the images ready, and how many of those were reused."""
+
     manifest: Path
     ready: int
     cached: int
+
+
+class ImagesResult(ImagesReady):
     failed: dict[str, str] = Field(description="instance_id -> build error.")
 
 

@@ -172,7 +172,7 @@ def rft_spec(stage: RFTStage) -> dict[str, Any]:
     # the four keys every RFT run has recorded; any other selection setting only when changed
     return {"objective": "rft", "require_submitted": stage.require_submitted, "require_resolved": stage.require_resolved,
             "mask_format_errors": stage.mask_format_errors, "max_per_task": stage.max_per_task,
-            **changed(part(stage, RFTConfig))}
+            **changed(stage.selection())}
 
 
 def dapo_spec(stage: DAPOStage) -> dict[str, Any]:

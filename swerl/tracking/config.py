@@ -10,7 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from swerl.util.paths import MLFLOW_DB
 
-DEFAULT_DB = MLFLOW_DB
 SQLITE_PREFIX = "sqlite:///"
 # Backends the MlflowClient can reach without a plugin. MLflow 3 refuses a bare folder (the
 # file store) unless told otherwise, so a path is rejected here with the fix in the message.
@@ -19,7 +18,7 @@ _SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql")
 
 def default_tracking_uri() -> str:
     """MLFLOW_TRACKING_URI when set, else a SQLite database under ./.swerl (absolute)."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"{SQLITE_PREFIX}{DEFAULT_DB.resolve()}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"{SQLITE_PREFIX}{MLFLOW_DB.resolve()}"
 
 
 def sqlite_path(uri: str) -> Path | None:
