@@ -71,7 +71,8 @@ def main() -> None:
         for s in settings:
             stage = RolloutStage(tasks=tasks, repos=repos, model=model, samples=args.samples, seed=rep,
                                  out=work / f"r{rep}-t{s or 'default'}", log_dir=work / "logs",
-                                 sampler=SamplerConfig(engine="hf", concurrency=args.concurrency, agent=agent, torch_threads=s))
+                                 sampler=SamplerConfig(engine={"kind": "hf", "torch_threads": s}, concurrency=args.concurrency,
+                                                      agent=agent))
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
                 summary = pool.submit(_rollout, stage).result()
             runs[s].append(summary)

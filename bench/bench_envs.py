@@ -61,7 +61,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="swerl-bench-"))
     demo = materialize_demo(work / "demo")
     tasks = load_tasks(demo.tasks_file).tasks
-    outcomes = ImageBuilder(ImageConfig(repos_dir=demo.repos_dir, log_dir=work / "builds")).build_all(tasks)
+    outcomes = ImageBuilder(ImageConfig(repos=demo.repos_dir, build_logs=work / "builds")).build_all(tasks)
     images = {o.instance_id: o.image for o in outcomes if o.ok}
     image = images[tasks[0].instance_id]
     client = docker_client()
@@ -151,7 +151,7 @@ def instance_builds(work: Path, count: int, rounds: int) -> None:
 
     generated = generate_curriculum(work / "curriculum", CurriculumConfig(seed=7, warmup=count, train=1, heldout=1))
     tasks = load_tasks(generated.tasks_files["warmup"]).tasks
-    config = ImageConfig(repos_dir=generated.repos_dir, log_dir=work / "builds", max_parallel=8)
+    config = ImageConfig(repos=generated.repos_dir, build_logs=work / "builds", builds=8)
     ImageBuilder(config).build_all(tasks[:1])  # the environment image, shared by every variant
     now = im.instance_dockerfile
 

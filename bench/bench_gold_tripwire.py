@@ -30,7 +30,7 @@ from swerl.grading.grader import GradingConfig, grade_prediction  # noqa: E402
 
 
 def built_images(tasks: list[Task], repos: Path, work: Path) -> dict[str, str]:
-    outcomes = ImageBuilder(ImageConfig(repos_dir=repos, log_dir=work / "builds", max_parallel=2)).build_all(tasks)
+    outcomes = ImageBuilder(ImageConfig(repos=repos, build_logs=work / "builds", builds=2)).build_all(tasks)
     bad = [o.error for o in outcomes if not o.ok]
     if bad:
         raise SystemExit(f"image builds failed: {bad[:3]}")
@@ -74,7 +74,7 @@ def main() -> None:
     no_canary: dict[str, dict] = {}
     for name in args.sets:
         tasks, images = {"demo": demo_set, "pypi": pypi_set, "curriculum": curriculum_set}[name](work, args.curriculum)
-        config = GradingConfig(log_dir=work / "logs" / name)
+        config = GradingConfig(grading_logs=work / "logs" / name)
         row: collections.Counter = collections.Counter(tasks=len(tasks))
         for task in tasks:
             res = grade_prediction(task, task.patch, images[task.instance_id], config, model_name="gold")

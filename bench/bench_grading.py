@@ -53,7 +53,7 @@ def demo_set(work: Path) -> tuple[list[Task], dict[str, str]]:
 
     demo = materialize_demo(work / "demo")
     tasks = load_tasks(demo.tasks_file).tasks
-    outcomes = ImageBuilder(ImageConfig(repos_dir=demo.repos_dir, log_dir=work / "builds")).build_all(tasks)
+    outcomes = ImageBuilder(ImageConfig(repos=demo.repos_dir, build_logs=work / "builds")).build_all(tasks)
     bad = [o.error for o in outcomes if not o.ok]
     if bad:
         raise SystemExit(f"demo image builds failed: {bad}")

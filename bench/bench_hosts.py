@@ -56,7 +56,7 @@ def ms(xs: list[float]) -> str:
 
 def starts(url: str, image: str, n: int, run_id: str) -> tuple[list[float], list[float]]:
     """(start + exec + close, run_once + close) seconds of ``n`` sandboxes each on the host at ``url``."""
-    config = DockerHostsConfig(hosts=[{"url": url, "max_concurrency": 1}], container=DockerSandboxConfig(run_id=run_id))
+    config = DockerHostsConfig(hosts=[{"url": url, "max_sandboxes": 1}], container=DockerSandboxConfig(run_id=run_id))
     started, once = [], []
     for _ in range(n):
         t = time.perf_counter()
@@ -138,7 +138,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="swerl-bench-hosts-"))
     demo = materialize_demo(work / "demo")
     task, other = load_tasks(demo.tasks_file).tasks[:2]
-    built = {o.instance_id: o.image for o in ImageBuilder(ImageConfig(repos_dir=demo.repos_dir, log_dir=work / "builds")
+    built = {o.instance_id: o.image for o in ImageBuilder(ImageConfig(repos=demo.repos_dir, build_logs=work / "builds")
                                                           ).build_all([task, other])}
     image, sibling, run_id = built[task.instance_id], built[other.instance_id], f"bench-hosts-{os.getpid()}"
     with netns_dockerd(name="swerl-bench-host2", subnet="10.202.0") as remote:
@@ -164,10 +164,10 @@ def main() -> None:
         if args.rollouts:
             half = max(1, args.rollouts // 2)
             try:
-                one, one_reasons = rollout_wall(task, image, [{"url": LOCAL, "max_concurrency": args.rollouts}],
+                one, one_reasons = rollout_wall(task, image, [{"url": LOCAL, "max_sandboxes": args.rollouts}],
                                                 args.rollouts, work, run_id)
-                two, two_reasons = rollout_wall(task, image, [{"url": LOCAL, "max_concurrency": half},
-                                                              {"url": remote.url, "max_concurrency": half}],
+                two, two_reasons = rollout_wall(task, image, [{"url": LOCAL, "max_sandboxes": half},
+                                                              {"url": remote.url, "max_sandboxes": half}],
                                                 args.rollouts, work, run_id)
             finally:
                 reap_containers(run_id=run_id, hosts=[remote.url])

@@ -54,9 +54,9 @@ def main() -> None:
     params = PipelineParams(
         name="bench", run_root=work / "runs", tasks=tasks, repos=demo.repos_dir, validate_runs=1,
         sampler=SamplerParams(engine="hf", concurrency=4, agent={"max_turns": 4, "max_new_tokens": 48}),
-        rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=4, agent={"max_turns": 20}), samples=1,
+        rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=4, agent={"max_turns": 20}), attempts=1,
                       train=TrainParams(epochs=1, batch_size=args.tasks, optimizer={"lr": 1e-3, "warmup_steps": 0, "lr_schedule": "cosine"})),
-        dapo=DAPOParams(iterations=args.iterations, samples=2, reward={"l_thr": 1, "t_max": 5},
+        dapo=DAPOParams(iterations=args.iterations, group_size=2, reward={"l_thr": 1, "t_max": 5},
                         train=TrainParams(batch_size=2 * args.tasks, optimizer={"lr": 1e-4, "lr_schedule": "constant"})),
         eval=EvalParams(runs=1), tracking=TrackingConfig(tracking_uri=f"sqlite:///{work / 'mlflow.db'}"))
     with prefect_test_harness(server_startup_timeout=90):

@@ -432,7 +432,7 @@ def main() -> None:
     run_id = f"bench-rollout-{uuid.uuid4().hex[:8]}"
     demo = materialize_demo(work / "demo")
     tasks = load_tasks(demo.tasks_file).tasks
-    outcomes = ImageBuilder(ImageConfig(repos_dir=demo.repos_dir, log_dir=work / "builds")).build_all(tasks)
+    outcomes = ImageBuilder(ImageConfig(repos=demo.repos_dir, build_logs=work / "builds")).build_all(tasks)
     images = {o.instance_id: o.image for o in outcomes if o.ok}
     tasks = [t for t in tasks if t.instance_id in images]
     model_dir = init_tiny(work / "tiny")

@@ -119,7 +119,7 @@ def engine_section(args, work: Path, model_dir: Path) -> tuple[list, list]:
     from transformers import AutoModelForCausalLM
 
     print(f"## 1. HF engine on cuda ({torch.cuda.get_device_name()}, dtype auto = bf16)", flush=True)
-    engine = HFEngine(HFEngineConfig(model=model_dir, device="cuda"), SamplingConfig(max_new_tokens=args.new_tokens))
+    engine = HFEngine(HFEngineConfig(model=model_dir, device="cuda"), SamplingConfig())
     check(engine.device.type == "cuda" and engine.model.dtype == torch.bfloat16,
           f"engine on {engine.device}, dtype {engine.model.dtype}")
     vocab = engine.model.config.vocab_size
@@ -159,7 +159,7 @@ def big_engine_section(args, work: Path) -> None:
             torch.manual_seed(0)
             Qwen2ForCausalLM(qwen_05b_config()).to(torch.bfloat16).save_pretrained(out)
     torch.cuda.reset_peak_memory_stats()
-    engine = HFEngine(HFEngineConfig(model=out, device="cuda"), SamplingConfig(max_new_tokens=args.new_tokens))
+    engine = HFEngine(HFEngineConfig(model=out, device="cuda"), SamplingConfig())
     engine_throughput(engine, engine.model.config.vocab_size, args, "~0.5B random Qwen2", (128, 512))
     engine.close()
     del engine
@@ -298,7 +298,7 @@ def trainer_section(args, work: Path, model_dir: Path, batch: TrainBatch) -> Non
     check(f32.autocast_dtype is None and math.isfinite(m["loss"]), f"fp32 trainer on cuda: loss {m['loss']:+.6f}")
     f32.close()
 
-    engine = HFEngine(HFEngineConfig(model=ckpt, device="cuda"), SamplingConfig(max_new_tokens=8))
+    engine = HFEngine(HFEngineConfig(model=ckpt, device="cuda"), SamplingConfig())
     gens, _ = generate(engine, [GenerationRequest("c", batch.input_ids[0][:32].tolist(), 8, seed=1)])
     check(len(gens[0].token_ids) == 8, "the cuda trainer's checkpoint serves in the cuda engine")
     engine.close()

@@ -8,7 +8,9 @@ from flows._hooks import HOOKS
 from swerl.orchestration.inputs import task_inputs
 from swerl.orchestration.params import BuildImagesParams
 from swerl.orchestration.results import ImagesBuilt
-from swerl.stages.images import ImagesStage
+from swerl.grading.validate import ValidationSettings
+from swerl.stages.config import part
+from swerl.stages.images import ImageBuildSettings, ImagesStage
 from tasks.images import build_images_task, validate_tasks_task
 
 
@@ -22,12 +24,11 @@ def build_images(params: BuildImagesParams = BuildImagesParams()) -> ImagesBuilt
     from prefect.artifacts import create_markdown_artifact
 
     tasks, repos = task_inputs(params.tasks, params.repos)
-    result = build_images_task(ImagesStage(tasks=tasks, repos=repos, ca_certs=params.ca_certs, concurrency=params.concurrency,
-                                           manifest=params.manifest))
+    result = build_images_task(ImagesStage(tasks=tasks, repos=repos, **part(params, ImageBuildSettings).model_dump()))
     out = ImagesBuilt(manifest=result.manifest, ready=result.ready, cached=result.cached)
     if params.validate_runs:
-        out.validation = validate_tasks_task(tasks, result.manifest, params.validate_runs,
-                                                params.manifest.with_name("validation.json"), params.concurrency)
+        out.validation = validate_tasks_task(tasks, result.manifest, part(params, ValidationSettings),
+                                             params.manifest.with_name("validation.json"))
     create_markdown_artifact(
         key="images", description="Environment images",
         markdown=f"**{result.ready}** image(s) ready ({result.cached} cached) for `{tasks}`; manifest `{result.manifest}`"

@@ -26,7 +26,7 @@ def _label(model: str) -> str:
 
 
 # a scheduled run is named for the policy it scores (Prefect formats the name with the run's parameters)
-@flow(name="evaluate", flow_run_name="evaluate-{params.model}", log_prints=True, **HOOKS)
+@flow(name="evaluate", flow_run_name="evaluate-{params.policy}", log_prints=True, **HOOKS)
 def evaluate(params: EvaluateParams = EvaluateParams()) -> Evaluation:
     """Pass@1 (mean ± SEM over k runs) and Pass@k of one policy, recorded in MLflow; may move `champion`.
 
@@ -41,7 +41,7 @@ def evaluate(params: EvaluateParams = EvaluateParams()) -> Evaluation:
 def evaluate_stage(params: EvaluateParams = EvaluateParams(), parent_run_id: str | None = None, stage: str | None = None,
                    step: int | None = None, out: Path | None = None, container_label: str | None = None,
                    policy_version: str | None = None) -> Evaluation:
-    """Evaluate ``params.model`` on ``params.tasks``; record metrics in MLflow and a Prefect artifact.
+    """Evaluate ``params.policy`` on ``params.tasks``; record metrics in MLflow and a Prefect artifact.
 
     Standalone (a UI run, the nightly schedule) it writes ``OUT/<label>-<UTC time>-<flow run id>/``; in a
     pipeline it writes the stage's folder, logs into the stage's child run and returns what
@@ -52,16 +52,17 @@ def evaluate_stage(params: EvaluateParams = EvaluateParams(), parent_run_id: str
     from swerl.inference.factory import require_model
 
     tasks, repos = task_inputs(params.tasks, params.repos)
-    policy = tr.resolve_policy(params.tracking, params.model)
+    model = params.policy
+    policy = tr.resolve_policy(params.tracking, model)
     require_model(policy.path)  # before an MLflow run or a logged model exists for it
-    label = stage or f"evaluate-{_label(params.model)}"
+    label = stage or f"evaluate-{_label(model)}"
     from prefect.runtime import flow_run
 
     # one folder (and MLflow run) per standalone evaluation, e.g. each night's
     stamp = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-{str(flow_run.id or '')[:8]}".rstrip("-")
-    folder = out or params.out / f"{_label(params.model)}-{stamp}"
+    folder = out or params.out / f"{_label(model)}-{stamp}"
     run_id = tr.stage_run(params.tracking, parent_run_id, label, standalone_id=f"evaluate {folder.name}",
-                          params={"model": params.model, "checkpoint": policy.path, "runs": params.runs, "tasks": str(tasks)})
+                          params={"model": model, "checkpoint": policy.path, "runs": params.runs, "tasks": str(tasks)})
     model_id = tr.link_policy(params.tracking, run_id, policy.path, policy.registered_version)
     from flows.rollout import rollout_stage
 
@@ -88,11 +89,11 @@ def evaluate_stage(params: EvaluateParams = EvaluateParams(), parent_run_id: str
     tr.finish_run(params.tracking, run_id, summary={"eval": report.model_dump(mode="json"), "checkpoint": policy.path, "promoted": promoted})
     rows = [{"k": int(k), "pass_at_k": round(v, 4)} for k, v in sorted(report.pass_at_k.items(), key=lambda kv: int(kv[0]))]
     create_table_artifact(key=artifact_key("eval", _label(label)), table=rows,
-                          description=f"Pass@k of {params.model} on {tasks} ({report.runs} runs per task)")
+                          description=f"Pass@k of {model} on {tasks} ({report.runs} runs per task)")
     score = pass_at_1_text(report.pass_at_1, report.pass_at_1_sem, report.runs)
     create_markdown_artifact(
         key="evaluation", description="Latest evaluation",
-        markdown=f"**{params.model}** (`{policy.path}`): Pass@1 = **{score}** "
+        markdown=f"**{model}** (`{policy.path}`): Pass@1 = **{score}** "
                  f"over {report.runs} runs of {report.tasks} tasks; MLflow run `{run_id}`; {champion}")
     say(f"{label}: Pass@1 {score} ({plural(report.runs, 'run')} of {plural(report.tasks, 'task')}); {champion}")
     return Evaluation(report=report, metrics=metrics, run_id=run_id, out=folder, promoted=promoted, checkpoint=policy.path,

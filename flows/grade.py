@@ -26,16 +26,20 @@ def grade(params: GradeParams) -> GradeRun:
     from swerl.stages.images import load_task_file
 
     tasks, repos = task_inputs(params.tasks, params.repos)
-    preds, bad = read_predictions(params.predictions, known_ids={t.instance_id for t in load_task_file(tasks)})
+    known = {t.instance_id for t in load_task_file(tasks, params.skip_invalid)}
+    preds, bad = read_predictions(params.predictions, known_ids=known)
     for line in bad:
         print(f"skipped {line}")
     manifest = params.out.with_suffix(".images.json")
-    build_images_task(ImagesStage(tasks=tasks, repos=repos, manifest=manifest, concurrency=params.concurrency))
+    build_images_task(ImagesStage(tasks=tasks, repos=repos, manifest=manifest, builds=min(params.grading_sandboxes, 64),
+                                  skip_invalid=params.skip_invalid))
     rows = [p.model_dump() for p in preds]
-    chunks = [rows[i:i + params.chunk_size] for i in range(0, len(rows), params.chunk_size)]
+    size = params.chunk_size or max(len(rows), 1)  # None: one chunk
+    chunks = [rows[i:i + size] for i in range(0, len(rows), size)]
     parts = [params.out.with_name(f"{params.out.stem}.part{n:04d}.jsonl") for n in range(len(chunks))]
-    calls = [{"tasks": tasks, "predictions": chunk, "manifest": manifest, "out": part, "concurrency": params.concurrency,
-              "grading": params.grading} for chunk, part in zip(chunks, parts)]
+    calls = [{"tasks": tasks, "predictions": chunk, "manifest": manifest, "out": part,
+              "grading_sandboxes": params.grading_sandboxes, "grading": params.grading, "skip_invalid": params.skip_invalid}
+             for chunk, part in zip(chunks, parts)]
     results = run_tasks(grade_chunk, calls, dask_address=params.dask_address)
     params.out.parent.mkdir(parents=True, exist_ok=True)
     with params.out.open("w") as f:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,7 +24,8 @@ from pydantic import BaseModel
 from flows._hooks import HOOKS, container_label
 from swerl.orchestration.artifact_keys import artifact_key
 from flows.evaluate import evaluate_stage
-from flows.train_iteration import train_iteration
+from flows.train_iteration import sample_iteration, train_iteration
+from swerl.orchestration.background import in_background
 from swerl.orchestration.follow import say
 from swerl.orchestration.inputs import curriculum_inputs, task_inputs, tiny_model
 from swerl.orchestration.ledger import Ledger
@@ -32,10 +34,13 @@ from swerl.orchestration.metrics import display_rows, prefixed, stage_row
 from swerl.orchestration.params import EvaluateParams, PipelineParams
 from swerl.orchestration.plan import EvalStep, StartStep, TrainStep, stage_plan
 from swerl.orchestration.results import (EvalResult, ImageSet, ImagesOutcome, PipelineInputs, PipelineSummary, PolicyRef,
-                                         StageResult, TrackedRun, ValidatedSet, ValidationOutcome)
+                                         SampledIteration, StageResult, TrackedRun, ValidatedSet, ValidationOutcome)
 from swerl.orchestration.summary import (Behaviour, StageFacts, eval_facts, images_facts, pass_table, per_task_outcomes,
                                          rise_lines, sampler_words, stage_line, summary_lines, summary_markdown, train_facts,
                                          validation_facts, where_to_look)
+from swerl.grading.validate import ValidationSettings
+from swerl.stages.config import part
+from swerl.rollout.policy_feed import announce
 from swerl.stages.images import ImagesStage
 from tasks import tracking as tr
 from tasks.images import build_images_task, validate_tasks_task
@@ -158,20 +163,24 @@ def _pipeline(params: PipelineParams, inputs: PipelineInputs) -> PipelineSummary
     sets = run.task_sets(images)
     policy = PolicyRef.of(inputs.model, "0")
     trained: dict[str, StageResult] = {}
-    for s in run.stages:  # the ledger skips every stage an earlier run finished
-        if isinstance(s, StartStep):
-            policy = run.stage(s.name, PolicyRef, lambda: run.register_start(policy))
-        elif isinstance(s, TrainStep):
-            done = run.stage(s.name, StageResult, lambda s=s, start=policy: run.train(s, start, sets),
-                             run.explain_training(s, policy))
-            if s.must_train and not done.trained:
-                raise RuntimeError(f"the {s.name.replace('-', ' ')} trained nothing: {done.reason}")
-            policy = done.policy if done.trained else policy  # carried forward: keep its registry version
-            trained[s.name] = done
-        else:
-            evaluated = run.stage(s.name, EvalResult, lambda s=s, pol=policy: run.evaluate(s, pol, sets),
-                                  run.explain_eval(s.name))
-            run.add_row(s, policy, evaluated, trained.get(s.after) if s.after else None)
+    try:
+        for s in run.stages:  # the ledger skips every stage an earlier run finished
+            if isinstance(s, StartStep):
+                policy = run.stage(s.name, PolicyRef, lambda: run.register_start(policy))
+            elif isinstance(s, TrainStep):
+                done = run.stage(s.name, StageResult, lambda s=s, start=policy: run.train(s, start, sets),
+                                 run.explain_training(s, policy))
+                if s.must_train and not done.trained:
+                    raise RuntimeError(f"the {s.name.replace('-', ' ')} trained nothing: {done.reason}")
+                policy = done.policy if done.trained else policy  # carried forward: keep its registry version
+                trained[s.name] = done
+            else:
+                evaluated = run.stage(s.name, EvalResult, lambda s=s, pol=policy: run.evaluate(s, pol, sets),
+                                      run.explain_eval(s.name))
+                run.add_row(s, policy, evaluated, trained.get(s.after) if s.after else None)
+    except BaseException:
+        run.settle_ahead()  # an asynchronous run's rollouts beside the failed stage
+        raise
     return run.finish(policy)
 
 
@@ -186,7 +195,13 @@ class PipelineRun:
         self.label = container_label(params.name)
         self.stages = stage_plan(params)
         self.validating = bool(params.validate_runs and params.validate_sets)
-        self.plan = ["images"] + (["validate"] if self.validating else []) + [s.name for s in self.stages]
+        # dapo.off_policy.max_staleness > 0: iteration k+1 samples while iteration k trains
+        self.overlap = params.dapo.off_policy.max_staleness > 0
+        self.feed = self.run_dir / "policies.jsonl"
+        self.ahead: dict[str, Future[SampledIteration]] = {}
+        self.plan = ["images"] + (["validate"] if self.validating else []) + [
+            name for s in self.stages for name in ([f"{s.name}-rollout"] if self.overlap and isinstance(s, TrainStep)
+                                                   and s.flow == "dapo_iteration" else []) + [s.name]]
         self.rows: list[dict[str, Any]] = []
         self.facts: list[StageFacts] = []
         self.table = LiveTable(artifact_key("metrics", params.name),
@@ -250,8 +265,8 @@ class PipelineRun:
         out = {}
         for key, path in self.sampled_sets().items():
             manifest = self.run_dir / ("images.json" if key == "train" else f"images-{key}.json")
-            built = build_images_task(ImagesStage(tasks=path, repos=self.inputs.repos, ca_certs=self.params.ca_certs,
-                                                  concurrency=self.params.sampler.concurrency, manifest=manifest),
+            built = build_images_task(ImagesStage(tasks=path, repos=self.inputs.repos, manifest=manifest,
+                                                  **dict(self.params.images)),
                                       return_state=True)
             result = built.result()
             tr.log_lineage(self.params.tracking, self.parent.run_id, tasks=path,
@@ -286,8 +301,8 @@ class PipelineRun:
                 continue
             suffix = "" if key == "train" else f"-{key}"
             report = self.run_dir / f"validation{suffix}.json"
-            summary = validate_tasks_task(path, getattr(images, key).manifest, self.params.validate_runs, report,
-                                          self.params.sampler.concurrency, grading=self.params.sampler.grading)
+            summary = validate_tasks_task(path, getattr(images, key).manifest, part(self.params, ValidationSettings), report,
+                                          grading=self.params.sampler.grading)
             tr.log_metrics(self.params.tracking, self.parent.run_id, {f"tasks{suffix}/valid": float(summary.valid),
                                                                       f"tasks{suffix}/total": float(summary.total)})
             kept = keep_valid_tasks(path, report, self.run_dir / f"tasks{suffix}.valid.jsonl")
@@ -303,14 +318,65 @@ class PipelineRun:
         return PolicyRef.of(policy.path, "0", registered)
 
     def train(self, s: TrainStep, start: PolicyRef, sets: PipelineInputs) -> StageResult:
-        # one flow for every objective, its subflow runs named as before (`rft` for the warm start too)
-        result = train_iteration.with_options(name=s.flow, flow_run_name=s.name)(
-            s.objective, tasks=sets.warm_tasks if s.task_set == "warm" else sets.tasks, model=start.path, out=self.run_dir / s.name,
-            repos=sets.repos, policy_version=start.policy_version, sampler=self.params.sampler, seed=self.params.seed,
-            tracking=self.params.tracking, parent_run_id=self.parent.run_id, step=s.step, container_label=self.label)
+        sampled = self.sampled(s, start, sets)  # None: the iteration samples itself (synchronous)
+        self.sample_ahead(s, start, sets)
+        try:
+            # one flow for every objective, its subflow runs named as before (`rft` for the warm start too)
+            result = train_iteration.with_options(name=s.flow, flow_run_name=s.name)(
+                s.objective, tasks=sets.warm_tasks if s.task_set == "warm" else sets.tasks, model=start.path,
+                out=self.run_dir / s.name, repos=sets.repos, policy_version=start.policy_version, sampler=self.params.sampler,
+                seed=self.params.seed, tracking=self.params.tracking, parent_run_id=self.parent.run_id, step=s.step,
+                container_label=self.label, sampled=sampled)
+        except BaseException:
+            self.settle_ahead()
+            raise
+        if self.overlap and result.trained:  # the rollout running beside it loads the new policy
+            announce(self.feed, result.policy.policy_version, Path(result.policy.path))
         if s.on_parent:
             tr.log_metrics(self.params.tracking, self.parent.run_id, result.metrics, step=s.step)
         return result
+
+    def _dapo_after(self, s: TrainStep) -> TrainStep | None:
+        later = self.stages[self.stages.index(s) + 1:]
+        return next((t for t in later if isinstance(t, TrainStep) and t.flow == "dapo_iteration"), None)
+
+    def sampled(self, s: TrainStep, start: PolicyRef, sets: PipelineInputs) -> SampledIteration | None:
+        """An asynchronous DAPO iteration's rollouts: sampled beside the previous update (waited for here), or
+        recorded by an earlier attempt, or sampled now from ``start``, following the feed."""
+        if not (self.overlap and s.flow == "dapo_iteration"):
+            return None
+        if s.name in self.ahead:
+            return self.ahead.pop(s.name).result()
+        return self.sample(s, start, sets, trains_from=start.policy_version)
+
+    def sample(self, s: TrainStep, policy: PolicyRef, sets: PipelineInputs, trains_from: str) -> SampledIteration:
+        name = f"{s.name}-rollout"
+        return self.stage(name, SampledIteration, lambda: sample_iteration.with_options(flow_run_name=name)(
+            s.objective, tasks=sets.tasks, model=policy.path, out=self.run_dir / s.name, repos=sets.repos,
+            policy_version=policy.policy_version, sampler=self.params.sampler, seed=self.params.seed,
+            tracking=self.params.tracking, parent_run_id=self.parent.run_id, container_label=self.label,
+            follow=self.feed, trains_from=trains_from))
+
+    def sample_ahead(self, s: TrainStep, start: PolicyRef, sets: PipelineInputs) -> None:
+        """While DAPO iteration k trains, iteration k+1 samples the newest policy there is (k's start), loading k's
+        checkpoint when it lands: its data is one version behind the update that trains on it."""
+        after = self._dapo_after(s) if self.overlap and s.flow == "dapo_iteration" else None
+        if after is None or self.ledger.get(after.name) is not None:
+            return
+        say(f"{after.name}: sampling {start.policy_version} beside {s.name}'s update (max_staleness "
+            f"{self.params.dapo.off_policy.max_staleness})")
+        self.ahead[after.name] = in_background(
+            lambda: self.sample(after, start, sets, trains_from=s.objective.new_version), name=f"{after.name}-rollout")
+
+    def settle_ahead(self) -> None:
+        """After a failure: let the rollouts beside it end (their finished trajectories are kept for the rerun)."""
+        for name, future in self.ahead.items():
+            say(f"{name}: waiting for its rollouts beside the failed stage to end (a rerun keeps what they stored)")
+            try:
+                future.result()
+            except BaseException as e:  # the stage that failed first is the one to report
+                say(f"{name}: its rollouts ended with {type(e).__name__}: {e}")
+        self.ahead.clear()
 
     def evaluate(self, s: EvalStep, policy: PolicyRef, sets: PipelineInputs) -> EvalResult:
         params = self.params

@@ -14,10 +14,12 @@ from tasks.rollout import rollout_chunk
 
 
 def rollout_stage(*, tasks, repos, model: str, out, samples: int, seed: int, policy_version: str, sampler: SamplerParams,
-                  grade: bool = True, container_label: str | None = None) -> RolloutStage:
+                  grade: bool = True, container_label: str | None = None, follow=None,
+                  trains_from: str | None = None) -> RolloutStage:
     """The stage of one rollout: its wiring, and the sampler's settings as they are (engine, agent, sampling, sandboxes)."""
     return RolloutStage(tasks=tasks, repos=repos, model=model, samples=samples, out=out, seed=seed, grade=grade,
-                        policy_version=policy_version, run_id=container_label, sampler=sampler.config())
+                        policy_version=policy_version, run_id=container_label, sampler=sampler.config(), follow=follow,
+                        trains_from=trains_from)
 
 
 def run_chunks(stage: RolloutStage, chunk_size: int | None, timeout_s: float, *,

@@ -17,13 +17,14 @@ from tasks.common import TAG_SANDBOX, retry_on_infrastructure
 
 @task(name="grade-chunk", tags=[TAG_SANDBOX], retries=1, retry_condition_fn=retry_on_infrastructure,
       timeout_seconds=6 * 3600, cache_policy=NO_CACHE)
-def grade_chunk(tasks: Path, predictions: list[dict[str, Any]], manifest: Path, out: Path, concurrency: int = 2,
-                grading: GradingConfig | None = None, log_dir: Path = LOG_DIR) -> GradedChunk:
-    """Write one result line per prediction to ``out`` (JSONL); predictions for unknown instances are refused."""
+def grade_chunk(tasks: Path, predictions: list[dict[str, Any]], manifest: Path, out: Path, grading_sandboxes: int = 2,
+                grading: GradingConfig | None = None, log_dir: Path = LOG_DIR, skip_invalid: bool = False) -> GradedChunk:
+    """Write one result line per prediction to ``out`` (JSONL), ``grading_sandboxes`` at once; predictions for unknown
+    instances are refused (``skip_invalid``: the task file's invalid records are left out, as the flow did)."""
     from swerl.grading.grader import grade_many
     from swerl.stages.images import load_task_file, read_manifest
 
-    by_id = {t.instance_id: t for t in load_task_file(tasks)}
+    by_id = {t.instance_id: t for t in load_task_file(tasks, skip_invalid)}
     images = read_manifest(manifest)
     config = (grading or GradingConfig()).for_run(log_dir / "grade", f"grade-{uuid.uuid4().hex[:8]}")
     unknown = sorted({p["instance_id"] for p in predictions if p["instance_id"] not in by_id})
@@ -31,7 +32,7 @@ def grade_chunk(tasks: Path, predictions: list[dict[str, Any]], manifest: Path, 
         raise ValueError(f"predictions for instances not in {tasks}: {', '.join(unknown[:10])}")
     jobs = [(by_id[p["instance_id"]], p.get("model_patch") or "", images.get(p["instance_id"]), p.get("model_name_or_path", ""))
             for p in predictions]
-    results = grade_many(jobs, config, concurrency=concurrency)
+    results = grade_many(jobs, config, concurrency=grading_sandboxes)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w") as f:
         for r in results:

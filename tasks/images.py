@@ -21,7 +21,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from swerl.grading.grader import GradingConfig
+from swerl.grading.validate import ValidationSettings
 from swerl.orchestration.results import ValidationSummary
+from swerl.stages.config import part
 from swerl.stages.images import ImagesResult, ImagesStage, build_images
 from swerl.util.paths import LOG_DIR
 from tasks.common import TAG_IMAGE_BUILD, TAG_SANDBOX, retry_on_infrastructure
@@ -50,11 +52,14 @@ def _present_images(manifest: Path) -> str:
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()
 
 
-def images_cache_key(context: Any, parameters: dict[str, Any]) -> str:
-    """Task file, repositories' content, CA certificates, manifest path, and the images' presence."""
+def images_cache_key(context: Any, parameters: dict[str, Any]) -> str | None:
+    """Task file, repositories' content, CA certificates, manifest path, and the images' presence; None (no cache) for a
+    stage that rebuilds its images (``force``)."""
     from swerl.tracking.lineage import tree_digest
 
     stage: ImagesStage = parameters["stage"]
+    if stage.force:
+        return None
     h = hashlib.sha256(b"images-v1\0")
     h.update(_file_bytes(stage.tasks))
     if stage.repos and Path(stage.repos).is_dir():
@@ -84,10 +89,11 @@ def build_images_task(stage: ImagesStage) -> ImagesResult:
 
 @task(name="validate-tasks", tags=[TAG_SANDBOX], retries=1, retry_condition_fn=retry_on_infrastructure,
       timeout_seconds=6 * 3600, cache_policy=NO_CACHE)
-def validate_tasks_task(tasks: Path, manifest: Path, runs: int, out: Path, concurrency: int = 2,
-                        log_dir: Path = LOG_DIR, grading: GradingConfig | None = None) -> ValidationSummary:
-    """Gold patch ``runs`` times and the empty patch once per task, each in a fresh sandbox, graded as ``grading``
-    says (the pipeline's sampler's: validation and the rollouts grade alike)."""
+def validate_tasks_task(tasks: Path, manifest: Path, settings: ValidationSettings, out: Path, log_dir: Path = LOG_DIR,
+                        grading: GradingConfig | None = None) -> ValidationSummary:
+    """Gold patch ``settings.validate_runs`` times and the empty patch once per task, each in a fresh sandbox,
+    ``settings.grading_sandboxes`` at once, graded as ``grading`` says (the pipeline's sampler's: validation and the
+    rollouts grade alike)."""
     import uuid
 
     from swerl.grading.validate import ValidationConfig, default_cache_dir, validate_tasks
@@ -95,7 +101,7 @@ def validate_tasks_task(tasks: Path, manifest: Path, runs: int, out: Path, concu
 
     task_list = load_task_file(tasks)
     images = read_manifest(manifest)
-    config = ValidationConfig(runs=runs, concurrency=concurrency, cache_dir=default_cache_dir(), grading=(
+    config = ValidationConfig(**part(settings, ValidationSettings).model_dump(), cache_dir=default_cache_dir(), grading=(
         grading or GradingConfig()).for_run(log_dir / "validate", f"validate-{uuid.uuid4().hex[:8]}", run_tests_without_patch=True))
     report = validate_tasks(task_list, {t.instance_id: images.get(t.instance_id) for t in task_list}, config)
     report.write(out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from prefect import task
@@ -47,7 +48,8 @@ def _rollout_figures(found: list, reward, wall_s: float | None) -> RolloutFigure
 
     metrics = prefixed("rollout", rollout_metrics(found, reward, wall_s=wall_s))
     metrics.update(prefixed("grading", grading_metrics(found)))
-    return RolloutFigures(trajectories=len(found), metrics=metrics, behaviour=behaviour_of(found))
+    return RolloutFigures(trajectories=len(found), metrics=metrics, behaviour=behaviour_of(found),
+                          sampled_by=dict(sorted(Counter(t.policy_version for t in found).items())))
 
 
 def _outcome(fn, stage, found: list, **figures: Any) -> TrainingRun:
@@ -88,4 +90,8 @@ def train_dapo_task(stage: DAPOStage, wall_s: float | None = None) -> TrainingRu
     """One DAPO update into ``stage.out`` (a retry or rerun resumes from the newest step); the rollout is read
     once, here, and its figures (``rollout``) scored with the stage's rewards come back with the outcome."""
     found = _read_once(stage)
-    return _outcome(train_dapo, stage, found, rollout=_rollout_figures(found, stage.reward, wall_s))
+    figures = _rollout_figures(found, stage.reward, wall_s)
+    bound = stage.off_policy.max_staleness
+    if "rollout/staleness_mean" in figures.metrics:  # the update leaves out what its bound does not allow
+        figures.metrics["rollout/stale_dropped"] = float(sum(1 for t in found if (t.staleness or 0) > bound))
+    return _outcome(train_dapo, stage, found, rollout=figures)

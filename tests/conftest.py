@@ -29,6 +29,7 @@ SLOW_FILES = (
     "tests/flows/test_pipeline_scaled_out.py",
     "tests/flows/test_deployments.py",
     "tests/flows/test_pipeline_flow.py",
+    "tests/flows/test_pipeline_async.py",
     "tests/conformance/test_engine_conformance.py",
     "tests/integration/test_services_postgres.py",
     "tests/flows/test_dask_fanout.py",
@@ -83,7 +84,7 @@ def build_dir(tmp_path_factory) -> Path:
 def demo_images(docker_ready, demo, demo_tasks, build_dir) -> dict[str, str]:
     from swerl.envs.images import ImageBuilder, ImageConfig
 
-    outcomes = ImageBuilder(ImageConfig(repos_dir=demo.repos_dir, log_dir=build_dir, max_parallel=2)).build_all(list(demo_tasks.values()))
+    outcomes = ImageBuilder(ImageConfig(repos=demo.repos_dir, build_logs=build_dir, builds=2)).build_all(list(demo_tasks.values()))
     failed = [o for o in outcomes if not o.ok]
     assert not failed, f"demo image builds failed: {[o.error for o in failed]}"
     return {o.instance_id: o.image for o in outcomes}

@@ -16,7 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from swerl.agent.actions import FormatError, parse_action
 from swerl.agent.chat_format import ChatFormat
@@ -34,15 +34,13 @@ class AgentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_turns: int = Field(40, ge=1, le=1000, description="Replies the policy may give (T_max).")
-    max_context: int | None = Field(None, ge=64, description="Token budget of the whole trajectory; default: the engine's max_context.")
-    max_new_tokens: int = Field(1024, ge=1, le=262_144, description="Cap on one reply's tokens.")
+    max_new_tokens: int = Field(1024, ge=1, le=262_144, description="Cap on one reply's tokens (the trajectory's token "
+                                "budget is the engine's max_context).")
     min_turn_tokens: int = Field(16, ge=1, le=65_536, description="A turn needs room for this many new tokens, else context_exceeded.")
     command_timeout_s: float = Field(60.0, gt=0, le=3600, description="Wall-clock limit of one command in the sandbox.")
     deadline_s: float = Field(1800.0, gt=0, le=86_400, description="Wall-clock limit of the whole trajectory.")
     observation_max_chars: int = Field(8000, ge=200, le=1_000_000, description="Observations longer than this keep head and tail.")
     max_format_errors: int = Field(3, ge=1, le=100, description="Consecutive replies without exactly one command that end the run.")
-    workdir: str | None = Field(None, description="The repository inside the sandbox; None: the sandbox's own "
-                                "(/testbed in the images swerl builds).")
     prompt_dir: Path | None = Field(None, description="Folder overriding the shipped prompt templates (`<name>.j2`).")
     end_reply_at_command: bool = Field(
         False, description="End each reply where its first fenced block closes (an end-of-turn sampled right after is kept), "
@@ -54,13 +52,6 @@ class AgentConfig(BaseModel):
     collect_patch_on_exit: bool = Field(
         True, description="Record `git diff` also when the run ends without submit (SWE-agent's autosubmission)."
     )
-
-    @model_validator(mode="after")
-    def _reply_fits_the_context(self) -> AgentConfig:
-        if self.max_context is not None and self.max_new_tokens >= self.max_context:
-            raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be below max_context ({self.max_context}): a reply "
-                             "has to fit in the context beside its prompt; lower max_new_tokens or raise max_context")
-        return self
 
 
 def truncate_middle(text: str, limit: int) -> str:
@@ -119,7 +110,7 @@ class Agent:
         self.chat = chat
         self.config = config or AgentConfig()
         self.prompts = Prompts(self.config.prompt_dir)
-        self.max_context = min(self.config.max_context or engine.max_context, engine.max_context)
+        self.max_context = engine.max_context  # the trajectory's token budget
 
     def _prompt_line(self, shell: _ShellState) -> str:
         return self.prompts.render("prompt_line", open_file=shell.open_file, cwd=shell.cwd)
@@ -128,7 +119,7 @@ class Agent:
         cfg = self.config
         start = time.monotonic()
         deadline = start + cfg.deadline_s
-        workdir = cfg.workdir or sandbox.workdir
+        workdir = sandbox.workdir  # the repository: the sandbox says where (/testbed in the images swerl builds)
         shell = _ShellState(workdir, in_sandbox(sandbox, TOOLS_STATE))
         trajectory_id = f"{task.instance_id}/{sample_index}"
         system = self.prompts.render("system", workdir=workdir, command_timeout_s=cfg.command_timeout_s, window=100)

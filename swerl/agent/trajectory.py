@@ -100,6 +100,9 @@ class Trajectory(BaseModel):
                                                "grading log, before swerl's layers (None when no tests ran).")
     fail_to_pass_passed: int | None = None
     pass_to_pass_failed: int | None = None
+    staleness: int | None = Field(None, ge=0, description="Versions between the oldest policy that sampled it (any turn) "
+                                  "and the one its update starts from (0: on-policy); None when the rollout named no "
+                                  "update (``RolloutConfig.trains_from``).")
 
     @property
     def infra_failed(self) -> bool:

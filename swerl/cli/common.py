@@ -65,8 +65,8 @@ def docker_ready() -> None:
 def image_config(repos: Path | None, ca_cert: list[Path] | None, concurrency: int, log_dir: Path, github: bool = False):
     from swerl.envs.images import ImageConfig
 
-    return ImageConfig(repos_dir=repos, extra_ca_certs=ca_cert or None, max_parallel=concurrency,
-                       log_dir=log_dir / "builds", github=github)
+    return ImageConfig(repos=repos, ca_certs=ca_cert or None, builds=concurrency, build_logs=log_dir / "builds",
+                       github=github)
 
 
 def build_images(tasks, config) -> dict:

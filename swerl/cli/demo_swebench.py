@@ -33,7 +33,7 @@ def demo_swebench(
     docker_ready()
     try:
         path = materialize_swebench_demo(out, eval_type=eval_type, log_parser=log_parser, slugs=slug, log_dir=log_dir,
-                                         ca_certs=ca_cert, max_parallel=concurrency, force=force)
+                                         ca_certs=ca_cert, builds=concurrency, force=force)
     except (ValueError, RuntimeError, FileNotFoundError) as e:
         fail(str(e), code=1)
     rows = sum(1 for line in path.read_text().splitlines() if line.strip())

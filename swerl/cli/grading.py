@@ -31,7 +31,7 @@ def tasks_validate(
     task_list = load_task_list(tasks, skip_invalid)  # the input first: its error needs no daemon
     docker_ready()
     outcomes = build_images(task_list, image_config(repos, ca_cert, concurrency, log_dir))
-    config = ValidationConfig(runs=runs, concurrency=concurrency, grading=grading_config(timeout).for_run(
+    config = ValidationConfig(validate_runs=runs, grading_sandboxes=concurrency, grading=grading_config(timeout).for_run(
         log_dir / "validate", f"validate-{uuid.uuid4().hex[:8]}", run_tests_without_patch=True),
         cache_dir=default_cache_dir() if cache else None)
     with bar("grading", len(task_list) * (runs + 1)) as advance:

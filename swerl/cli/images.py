@@ -9,23 +9,28 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from swerl.cli.common import (CaOpt, LogDirOpt, ParallelOpt, ReposOpt, SkipOpt, TasksOpt, build_images, console, docker_ready,
-                              image_config, load_task_list)
-from swerl.util.paths import IMAGES_MANIFEST
+from swerl.cli.common import (CaOpt, LogDirOpt, ReposOpt, SkipOpt, TasksOpt, build_images, console, docker_ready,
+                              load_task_list)
+from swerl.cli.options import field_option, validated
+from swerl.stages.images import ImageBuildSettings
 
 
 def images_build(
     tasks: Path = TasksOpt, repos: Optional[Path] = ReposOpt, ca_cert: Optional[list[Path]] = CaOpt,
-    concurrency: int = ParallelOpt, log_dir: Path = LogDirOpt, skip_invalid: bool = SkipOpt,
-    github: bool = typer.Option(False, "--github", help="Clone repositories missing from --repos from GitHub."),
-    manifest: Path = typer.Option(IMAGES_MANIFEST, "--manifest", help="Where the task -> image map is written."),
+    builds: int = field_option(ImageBuildSettings, "builds", "--concurrency", "-j"), log_dir: Path = LogDirOpt,
+    skip_invalid: bool = SkipOpt, github: bool = field_option(ImageBuildSettings, "github", "--github"),
+    manifest: Path = field_option(ImageBuildSettings, "manifest", "--manifest"),
+    force: bool = field_option(ImageBuildSettings, "force", "--force"),
 ) -> None:
     """Build base, environment and instance images for a task set (cached by content hash)."""
     from swerl.envs.images import write_manifest
+    from swerl.stages.images import ImagesStage, image_config
 
+    stage = validated(ImagesStage, "image build", tasks=tasks, repos=repos, ca_certs=ca_cert, builds=builds, log_dir=log_dir,
+                      skip_invalid=skip_invalid, github=github, manifest=manifest, force=force)
     task_list = load_task_list(tasks, skip_invalid)  # the input first: its error needs no daemon
     docker_ready()
-    outcomes = build_images(task_list, image_config(repos, ca_cert, concurrency, log_dir, github))
+    outcomes = build_images(task_list, image_config(stage))
     write_manifest(list(outcomes.values()), manifest)
     failed = [o for o in outcomes.values() if o.error]
     console.print(f"{len(outcomes) - len(failed)} image(s) ready, {len(failed)} failed; manifest: {manifest}")

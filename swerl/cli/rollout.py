@@ -15,6 +15,7 @@ from swerl.cli.progress import bar
 from swerl.envs.docker_sandbox import DockerSandboxConfig
 from swerl.grading.grader import GradingConfig
 from swerl.inference.base import SamplingConfig
+from swerl.inference.config import EngineSettings
 from swerl.rollout.sampler import agent_sandbox
 from swerl.stages.rollout import RolloutStage, SamplerConfig
 
@@ -26,23 +27,25 @@ TokenizerOpt = field_option(RolloutStage, "tokenizer", "--tokenizer")
 PolicyVersionOpt = field_option(RolloutStage, "policy_version", "--policy-version")
 
 SAMPLER = OptionGroup("sampler", SamplerConfig, panel="Engine", short={"concurrency": "-j"})
+# the engine's settings, of whichever engine --engine names; vLLM's global seed is --engine-seed beside the stage's --seed
+ENGINE = OptionGroup("engine", EngineSettings, panel="Engine", rename={"kind": "engine", "give_up": "demo-give-up",
+                                                                       "seed": "engine-seed"})
 AGENT = OptionGroup("agent", AgentConfig, panel="Agent")
-# the reply cap is agent.max_new_tokens; each trajectory's seed derives from the stage's --seed
-SAMPLING = OptionGroup("sampling", SamplingConfig, panel="Sampling", skip=("max_new_tokens", "seed"))
+SAMPLING = OptionGroup("sampling", SamplingConfig, panel="Sampling")
 # the docker backend's settings over an agent's defaults; run_id is the stage's own label, kind is docker's
 SANDBOX = OptionGroup("sandbox", DockerSandboxConfig, panel="Sandbox (docker)", prefix="sandbox-", skip=("kind", "run_id"),
                       preset=agent_sandbox)
 # the stage's --log-dir holds the grading logs; tests for an empty patch are validation's
-GRADING = OptionGroup("grading", GradingConfig, panel="Grading", skip=("log_dir", "run_tests_without_patch"))
-COMPONENTS = (SAMPLER, AGENT, SAMPLING, SANDBOX, GRADING)
+GRADING = OptionGroup("grading", GradingConfig, panel="Grading", skip=("grading_logs", "run_tests_without_patch"))
+COMPONENTS = (SAMPLER, ENGINE, AGENT, SAMPLING, SANDBOX, GRADING)
 
 
 def _stage(tasks: Path, model: str, samples: int, out: Path, repos: Optional[Path], ca_cert: Optional[list[Path]],
-           seed: Optional[int], tokenizer: Optional[str], grade: bool, policy_version: str, skip_invalid: bool, log_dir: Path,
+           seed: int, tokenizer: Optional[str], grade: bool, policy_version: Optional[str], skip_invalid: bool, log_dir: Path,
            components: dict[str, dict]):
     """The stage the options describe; refused (exit 2) before Docker is touched when a setting or a rule is broken."""
     sandbox = {**SANDBOX.defaults(), **components["sandbox"]}
-    sampler = validated(SamplerConfig, "rollout", **components["sampler"], agent=components["agent"],
+    sampler = validated(SamplerConfig, "rollout", **components["sampler"], engine=components["engine"], agent=components["agent"],
                         sampling=components["sampling"], sandbox=sandbox, grading=components["grading"])
     stage = validated(RolloutStage, "rollout", tasks=tasks, repos=repos, ca_certs=ca_cert, model=model, samples=samples,
                       out=out, seed=seed, tokenizer=tokenizer, grade=grade, policy_version=policy_version, log_dir=log_dir,
@@ -91,15 +94,16 @@ def rollout_cmd(
     tasks: Path = TasksOpt, model: str = ModelOpt,
     samples: int = typer.Option(1, "--samples", "-G", min=1, max=1024, help="Trajectories per task."),
     out: Path = OutOpt, repos: Optional[Path] = ReposOpt, ca_cert: Optional[list[Path]] = CaOpt,
-    seed: Optional[int] = SeedOpt,
+    seed: int = SeedOpt,
     tokenizer: Optional[str] = TokenizerOpt,
     grade: bool = typer.Option(True, "--grade/--no-grade", help="Grade every trajectory in a fresh sandbox."),
-    policy_version: str = PolicyVersionOpt,
+    policy_version: Optional[str] = PolicyVersionOpt,
     skip_invalid: bool = SkipOpt, log_dir: Path = LogDirOpt,
-    sampler: dict = {}, agent: dict = {}, sampling: dict = {}, sandbox: dict = {}, grading: dict = {},  # noqa: B006 (config_options fills them)
+    sampler: dict = {}, engine: dict = {}, agent: dict = {}, sampling: dict = {}, sandbox: dict = {},  # noqa: B006
+    grading: dict = {},  # noqa: B006 (config_options fills them)
 ) -> None:
     """Roll the agent out on a task set: G samples per task, graded, appended to Parquet (resumable)."""
-    components = dict(sampler=sampler, agent=agent, sampling=sampling, sandbox=sandbox, grading=grading)
+    components = dict(sampler=sampler, engine=engine, agent=agent, sampling=sampling, sandbox=sandbox, grading=grading)
     summary, _ = _run(_stage(tasks, model, samples, out, repos, ca_cert, seed, tokenizer, grade, policy_version, skip_invalid,
                              log_dir, components), evaluate=False)
     raise typer.Exit(1 if summary.exit_reasons.get("error") else 0)
@@ -110,14 +114,15 @@ def eval_cmd(
     tasks: Path = TasksOpt, model: str = ModelOpt,
     runs: int = typer.Option(1, "--runs", "-k", min=1, max=1024, help="Independent runs per task (the paper: 10)."),
     out: Path = OutOpt, repos: Optional[Path] = ReposOpt, ca_cert: Optional[list[Path]] = CaOpt,
-    seed: Optional[int] = SeedOpt,
+    seed: int = SeedOpt,
     tokenizer: Optional[str] = TokenizerOpt,
-    policy_version: str = PolicyVersionOpt,
+    policy_version: Optional[str] = PolicyVersionOpt,
     skip_invalid: bool = SkipOpt, log_dir: Path = LogDirOpt,
-    sampler: dict = {}, agent: dict = {}, sampling: dict = {}, sandbox: dict = {}, grading: dict = {},  # noqa: B006 (config_options fills them)
+    sampler: dict = {}, engine: dict = {}, agent: dict = {}, sampling: dict = {}, sandbox: dict = {},  # noqa: B006
+    grading: dict = {},  # noqa: B006 (config_options fills them)
 ) -> None:
     """Pass@1 as the mean over k runs with its standard error, and unbiased Pass@k; writes eval.json."""
-    components = dict(sampler=sampler, agent=agent, sampling=sampling, sandbox=sandbox, grading=grading)
+    components = dict(sampler=sampler, engine=engine, agent=agent, sampling=sampling, sandbox=sandbox, grading=grading)
     _, report = _run(_stage(tasks, model, runs, out, repos, ca_cert, seed, tokenizer, True, policy_version, skip_invalid,
                             log_dir, components), evaluate=True)
     ks = ", ".join(f"Pass@{k} {v:.1%}" for k, v in report.pass_at_k.items())

@@ -37,7 +37,7 @@ MaxTokOpt = field_option(TrainSettings, "max_tokens_per_microbatch", "--max-toke
 BackendOpt = typer.Option("torch", "--backend", help="Trainer backend: 'torch' (one process) or 'deepspeed' (ZeRO over every "
                           "launched process).")
 SeedOpt = field_option(TrainCommon, "seed", "--seed")
-VersionOpt = field_option(TrainCommon, "policy_version", "--policy-version")
+VersionOpt = field_option(TrainCommon, "require_version", "--require-version", "--policy-version")
 DeviceOpt = field_option(TorchTrainerConfig, "device", "--device", help="Torch backend: " + TORCH_DEVICE)
 CkptOpt = field_option(TrainSettings, "gradient_checkpointing", "--gradient-checkpointing")
 KeepOpt = field_option(TrainSettings, "keep_last", "--keep-last")
@@ -91,7 +91,7 @@ def rft(
     require_resolved: bool = field_option(RFTConfig, "require_resolved", "--require-resolved/--keep-unresolved"),
     mask_format_errors: bool = field_option(RFTConfig, "mask_format_errors", "--mask-format-errors/--no-mask-format-errors"),
     max_per_task: Optional[int] = field_option(RFTConfig, "max_per_task", "--max-per-task"),
-    policy_version: Optional[str] = VersionOpt,
+    require_version: Optional[str] = VersionOpt,
     lr_schedule: str = field_option(OptimizerConfig, "lr_schedule", "--lr-schedule", default=RFT.optimizer.lr_schedule),
     warmup_steps: int = field_option(OptimizerConfig, "warmup_steps", "--warmup-steps", default=RFT.optimizer.warmup_steps),
     device: str = DeviceOpt, gradient_checkpointing: bool = CkptOpt, keep_last: int = KeepOpt, save_every: int = SaveOpt,
@@ -105,7 +105,7 @@ def rft(
                       gradient_checkpointing=gradient_checkpointing, keep_last=keep_last, save_every=save_every,
                       zero_stage=zero_stage)
     _run_stage(train_rft, validated(
-        RFTStage, "training", trajectories=trajectories, model=model, out=out, seed=seed, policy_version=policy_version,
+        RFTStage, "training", trajectories=trajectories, model=model, out=out, seed=seed, require_version=require_version,
         train=train, require_submitted=require_submitted, require_resolved=require_resolved,
         mask_format_errors=mask_format_errors, max_per_task=max_per_task))
 
@@ -134,7 +134,7 @@ def dapo(
     epochs: int = field_option(TrainSettings, "epochs", "--epochs", default=DAPO.epochs),
     lr: float = field_option(OptimizerConfig, "lr", "--lr", default=DAPO.optimizer.lr),
     max_tokens_per_microbatch: int = MaxTokOpt, backend: str = BackendOpt, seed: int = SeedOpt,
-    policy_version: Optional[str] = VersionOpt,
+    require_version: Optional[str] = VersionOpt,
     iteration: int = field_option(TrainCommon, "iteration", "--iteration"),
     lr_schedule: str = field_option(OptimizerConfig, "lr_schedule", "--lr-schedule", default=DAPO.optimizer.lr_schedule),
     warmup_steps: int = field_option(OptimizerConfig, "warmup_steps", "--warmup-steps", default=DAPO.optimizer.warmup_steps),
@@ -150,7 +150,7 @@ def dapo(
                       zero_stage=zero_stage)
     reward = dict(l_thr=l_thr, t_max=t_max, length_penalty=length_penalty, limit_policy=limit_policy, error_policy=error_policy)
     _run_stage(train_dapo, validated(
-        DAPOStage, "training", trajectories=trajectories, model=model, out=out, seed=seed, policy_version=policy_version,
+        DAPOStage, "training", trajectories=trajectories, model=model, out=out, seed=seed, require_version=require_version,
         iteration=iteration, train=train, rewards_file=rewards, reward=reward, advantage=advantage,
         drop_zero_advantage=not keep_zero_advantage,
         loss=dict(eps_low=eps_low, eps_high=eps_high, loss_aggregation=loss_aggregation, neg_prob_cap=neg_prob_cap,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from swerl.curriculum.bugs import BUG_KINDS, BugKindName
 from swerl.curriculum.names import PACKAGE_PREFIXES, PACKAGE_SUFFIXES
+from swerl.util.settings import SeedSettings
 
 SPLITS = ("warmup", "train", "heldout")
 # Every task is its own repository named after its package, so the package names bound the total.
@@ -15,12 +16,12 @@ MAX_TASKS = len(PACKAGE_PREFIXES) * len(PACKAGE_SUFFIXES)
 MAX_PER_SPLIT = MAX_TASKS
 
 
-class CurriculumConfig(BaseModel):
-    """How many tasks per split, which bugs, and the seed that makes it all reproducible."""
+class CurriculumConfig(SeedSettings):
+    """How many tasks per split, which bugs, and the seed that makes it all reproducible (the same seed writes
+    byte-identical files)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed for every random choice; the same seed writes byte-identical files.")
     warmup: int = Field(60, ge=0, le=MAX_PER_SPLIT, description="Tasks in warmup.jsonl (e.g. for a first RFT round on scripted or sampled successes).")
     train: int = Field(60, ge=0, le=MAX_PER_SPLIT, description="Tasks in train.jsonl (the RL iterations' task set).")
     heldout: int = Field(40, ge=0, le=MAX_PER_SPLIT, description="Tasks in heldout.jsonl: repositories, names and (bug kind, template, names) combinations seen in no other split.")

@@ -17,9 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from swerl.data.task import Task
+
+
+class SkipInvalidSettings(BaseModel):
+    """What a run does with bad input records."""
+
+    skip_invalid: bool = Field(False, description="Go on without the invalid task records (and, when grading "
+                               "predictions, the bad prediction lines: missing instance_id or model_patch, unknown "
+                               "instance), each one reported. Otherwise an invalid task record fails the run before it "
+                               "starts, and a bad prediction line fails it after the valid predictions are graded.")
+
 
 SUPPORTED_FORMATS = (
     ".jsonl",

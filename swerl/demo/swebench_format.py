@@ -26,7 +26,7 @@ from swerl.envs.repos import RepoNotFoundError
 
 def materialize_swebench_demo(out: Path, *, eval_type: EvalType = "pass_and_fail", log_parser: str = "parse_log_pytest",
                               slugs: Sequence[str] | None = None, log_dir: Path | None = None,
-                              ca_certs: Sequence[Path] | None = None, max_parallel: int = 2, force: bool = False) -> Path:
+                              ca_certs: Sequence[Path] | None = None, builds: int = 2, force: bool = False) -> Path:
     """Write the demo tasks as SWE-bench 5 records, ``out/swebench.jsonl``, building their images; return its path.
 
     The demo repositories and the install_config tasks file are materialised under ``out`` too
@@ -53,7 +53,7 @@ def materialize_swebench_demo(out: Path, *, eval_type: EvalType = "pass_and_fail
         except (ImageBuildError, RepoNotFoundError, BaseImageError, RuntimeError, OSError) as e:
             return e
 
-    with ThreadPoolExecutor(max(1, max_parallel)) as pool:
+    with ThreadPoolExecutor(max(1, builds)) as pool:
         built = list(pool.map(one, tasks))
     failed = [f"{t.instance_id}: {r}" for t, r in zip(tasks, built) if isinstance(r, BaseException)]
     if failed:

@@ -103,7 +103,7 @@ def ensure_swebench_env_image(python: str, *, log_dir: Path, ca_certs: Sequence[
                               base: BaseImageConfig | None = None, force: bool = False) -> str:
     """The shared conda-layout layer for ``python``: built once, then found by its content-hash tag."""
     base = base or BaseImageConfig()
-    ca = ca_blob(ImageConfig(extra_ca_certs=list(ca_certs) if ca_certs is not None else None))
+    ca = ca_blob(ImageConfig(ca_certs=list(ca_certs) if ca_certs is not None else None))
     tag = swebench_env_tag(python, ca, base)
     if image_exists(tag) and not force:
         return tag

@@ -23,7 +23,15 @@ class ExecSettings(BaseModel):
     output_limit_bytes: int = Field(64_000, ge=1_000, le=64_000_000, description="Output kept per exec (head + tail).")
 
 
-class ContainerSettings(ExecSettings):
+class RunIdSettings(BaseModel):
+    """The label that ties a run's sandboxes to it."""
+
+    run_id: str | None = Field(None, max_length=256, description="Labels this run's sandboxes (container labels, local "
+                               "sandbox folder names `swerl-local-<run_id>-*`) for reaping, cancellation and leak checks "
+                               "that count only its own; None: no run label (owner labels only).")
+
+
+class ContainerSettings(ExecSettings, RunIdSettings):
     """What a container sandbox is given, whichever engine runs it (a Docker host, a Kubernetes pod)."""
 
     memory: str = Field("2g", pattern=r"^\d+[kmg]?$", description="Memory limit (swap disabled), docker syntax: 512m, 2g.")
@@ -31,7 +39,6 @@ class ContainerSettings(ExecSettings):
     network: bool = Field(False, description="Give the container a network; off by default.")
     workdir: str = Field("/testbed", description="Repository location and default working directory.")
     lifetime_s: int = Field(7200, ge=60, le=7 * 86400, description="The container removes itself after this long, whatever happens.")
-    run_id: str | None = Field(None, description="Label tying containers to one run, for reaping and leak checks.")
     sweep_after_exec: bool = Field(
         False, description="After each command, kill every process in the container but its own (a daemon that "
         "detached with setsid and a cleared environment included). On for grading; off for agent sandboxes, whose "

@@ -8,7 +8,7 @@ streamed (``docker save`` here, ``docker load`` there, through the SDK), or with
 pushed once to a registry and pulled by each host (``swerl.envs.image_registry``). The hosts only
 run containers.
 
-Placement: a sandbox goes to the healthy host with the lowest ``live / max_concurrency`` (the
+Placement: a sandbox goes to the healthy host with the lowest ``live / max_sandboxes`` (the
 earlier host on a tie); when every healthy host is full, the start waits. Sandboxes count
 process-wide per host URL, so the agent's and the graders' sandboxes share one bound.
 
@@ -52,7 +52,7 @@ class DockerHostConfig(BaseModel):
 
     url: str = Field(pattern=r"^(tcp|unix|ssh|http|https)://\S+$",
                      description="The daemon's address: tcp://10.0.0.2:2375, ssh://user@host, unix:///var/run/docker.sock.")
-    max_concurrency: int = Field(4, ge=1, le=4096, description="Most sandboxes alive on this host at once.")
+    max_sandboxes: int = Field(4, ge=1, le=4096, description="Most sandboxes alive on this host at once.")
 
 
 class DockerHostsConfig(BaseModel):
@@ -139,7 +139,7 @@ def docker_host(url: str) -> DockerHost:
 
 def place(config: DockerHostsConfig) -> DockerHost:
     """Take room for one sandbox on the least-loaded healthy host, waiting while all are full."""
-    hosts = [(docker_host(h.url), h.max_concurrency) for h in config.hosts]
+    hosts = [(docker_host(h.url), h.max_sandboxes) for h in config.hosts]
     deadline = time.monotonic() + config.place_timeout_s
     with _placing:
         while True:

@@ -50,7 +50,9 @@ class FlakySandboxConfig(BaseModel):
 
     @property
     def workdir(self) -> str:
-        return self.inner.workdir
+        """Where the inner backend keeps the repository (a local sandbox: its repository folder's name)."""
+        inner = self.inner
+        return inner.repo_folder if isinstance(inner, LocalSandboxConfig) else inner.workdir
 
 
 _counts_lock = threading.Lock()

@@ -26,7 +26,7 @@ from swerl.envs import labels
 from swerl.envs.base_image import BaseImageConfig, BaseImageError, base_tag, ensure_base_image
 from swerl.envs.docker_build import ImageBuildError, build_image
 from swerl.envs.docker_client import docker_client
-from swerl.envs.repos import RepoNotFoundError, export_testbed, repo_source
+from swerl.envs.repos import MirrorSettings, RepoNotFoundError, export_testbed, repo_source
 
 ENV_REPO = "swerl-env"
 INSTANCE_REPO = "swerl-instance"
@@ -43,23 +43,39 @@ CA_BUNDLE_LINES = (
 )
 
 
-class ImageConfig(BaseModel):
-    """How instance images are built."""
+class CACertSettings(BaseModel):
+    """The CA certificates image builds trust (a proxy that re-signs TLS needs its own)."""
 
-    base: BaseImageConfig = Field(default_factory=BaseImageConfig, description="Where base images come from.")
-    repos_dir: Path | None = Field(None, description="Mirror folder holding repositories as `<owner>__<name>`.")
-    github: bool = Field(False, description="Clone repositories missing from the mirror from GitHub.")
-    extra_ca_certs: list[Path] | None = Field(
-        None, description="PEM files appended to every build's CA bundle; None adds the host's bundle when it exists."
-    )
-    max_parallel: int = Field(2, ge=1, le=64, description="Builds running at once.")
-    log_dir: Path = Field(Path(".swerl/build-logs"), description="One build log per image is kept here.")
+    ca_certs: list[Path] | None = Field(None, description="Extra CA certificates (PEM) for image builds, appended to "
+                                        "every build's CA bundle; None: the host's bundle.")
+
+
+class GitHubSettings(BaseModel):
+    """Whether a repository missing from the mirror may come from GitHub."""
+
+    github: bool = Field(False, description="Clone repositories missing from the mirror folder from GitHub.")
+
+
+class ImageSettings(CACertSettings, GitHubSettings):
+    """How a task set's images are built: the CA certificates, whether GitHub may supply a repository, the builds at
+    once, where base images come from, and whether existing images are rebuilt."""
+
+    builds: int = Field(2, ge=1, le=64, description="Image builds at once (bounded by the Docker daemon).")
+    base: BaseImageConfig = Field(default_factory=BaseImageConfig, description="Where the base images (Python, git, "
+                                  "patch, a compiler) come from: a registry's python:X.Y-slim, or Debian.")
     force: bool = Field(False, description="Rebuild images even when their tag exists.")
 
-    def ca_certs(self) -> list[Path]:
-        if self.extra_ca_certs is None:
+
+class ImageConfig(ImageSettings, MirrorSettings):
+    """How instance images are built: the image settings, the repositories' mirror, and where build logs go."""
+
+    build_logs: Path = Field(Path(".swerl/build-logs"), description="One build log per image is kept here.")
+
+    def ca_bundle(self) -> list[Path]:
+        """The PEM files appended to every build's CA bundle: ``ca_certs``, or (None) the host's bundle when it exists."""
+        if self.ca_certs is None:
             return [HOST_CA_BUNDLE] if HOST_CA_BUNDLE.is_file() else []
-        return list(self.extra_ca_certs)
+        return list(self.ca_certs)
 
 
 def content_digest(*parts: object) -> str:
@@ -68,7 +84,7 @@ def content_digest(*parts: object) -> str:
 
 def ca_blob(config: ImageConfig) -> bytes:
     blobs = []
-    for path in config.ca_certs():
+    for path in config.ca_bundle():
         if not path.is_file():
             raise FileNotFoundError(f"extra CA certificate {path} does not exist; fix the path or drop --ca-cert")
         blobs.append(path.read_bytes().rstrip(b"\n") + b"\n")
@@ -195,7 +211,7 @@ class ImageBuilder:
             envs.setdefault(spec.tag, (spec, []))[1].append(task)
 
         env_errors: dict[str, tuple[str, str]] = {}
-        with ThreadPoolExecutor(self.config.max_parallel) as pool:
+        with ThreadPoolExecutor(self.config.builds) as pool:
             futures = {pool.submit(self._ensure_env, spec): tag for tag, (spec, _) in envs.items()}
             for fut in as_completed(futures):
                 tag = futures[fut]
@@ -223,7 +239,7 @@ class ImageBuilder:
         return [outcomes[t.instance_id] for t in tasks]
 
     def _log_path(self, tag: str) -> Path:
-        return build_log_path(self.config.log_dir, tag)
+        return build_log_path(self.config.build_logs, tag)
 
     def _prebuilt(self, task: Task) -> BuildOutcome:
         image = task.prebuilt_image or ""
@@ -262,7 +278,7 @@ class ImageBuilder:
             if image_exists(tag) and not self.config.force:
                 outcome.cached = True
             else:
-                source = repo_source(self.config.repos_dir, github=self.config.github)
+                source = repo_source(self.config.repos, github=self.config.github)
                 with tempfile.TemporaryDirectory(prefix="swerl-ctx-") as ctx:
                     export_testbed(source.locate(task.repo), task.base_commit, Path(ctx) / "testbed")
                     # no layer cache: see build_image

@@ -13,7 +13,7 @@ images are built (``export_testbed``: no later history, no tags, no remote); wit
 a git repository's HEAD is, and a plain folder is copied and committed as the base.
 
 Layout of one sandbox folder ``<parent>/swerl-local-[<run_id>-]<random>/``: the
-repository in ``<workdir>`` (default ``testbed``), and ``usr/local/bin``, ``opt``, ``tmp``
+repository in ``<repo_folder>`` (default ``testbed``), and ``usr/local/bin``, ``opt``, ``tmp``
 for what swerl puts at those absolute paths in a container (``root`` is this folder;
 ``usr/local/bin`` comes first on PATH, TMPDIR is ``tmp``). File reads and writes stay
 inside the folder, so ``close`` removes everything the sandbox made by removing it.
@@ -35,7 +35,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from swerl.envs.docker_config import ExecSettings
+from swerl.envs.docker_config import ExecSettings, RunIdSettings
 from swerl.envs.repos import export_testbed, git
 from swerl.envs.resources import swerl_exec
 from swerl.envs.sandbox import ExecResult, RunnerFailed, SandboxError, exec_result, git_diff
@@ -43,17 +43,15 @@ from swerl.envs.sandbox import ExecResult, RunnerFailed, SandboxError, exec_resu
 FOLDER_PREFIX = "swerl-local-"
 
 
-class LocalSandboxConfig(ExecSettings):
+class LocalSandboxConfig(ExecSettings, RunIdSettings):
     """A local sandbox: where its folder goes and how its commands are bounded."""
 
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["local"] = Field("local", description="Selects this backend in a sandbox config.")
-    workdir: str = Field("testbed", pattern=r"^[A-Za-z0-9_.-]{1,64}$",
-                         description="Name of the repository's folder inside the sandbox folder.")
+    repo_folder: str = Field("testbed", pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+                             description="Name of the repository's folder inside the sandbox folder.")
     parent_dir: Path | None = Field(None, description="Where sandbox folders are made; None: the system's temp folder.")
-    run_id: str | None = Field(None, max_length=256, description="Put in this run's folder names "
-                               "(swerl-local-<run_id>-*), so a leak check counts only its own.")
 
 
 def folder_prefix(run_id: str | None) -> str:
@@ -143,7 +141,7 @@ class LocalSandbox:
 
     @property
     def workdir(self) -> str:
-        return os.path.join(self.root, self.config.workdir)
+        return os.path.join(self.root, self.config.repo_folder)
 
     @property
     def python(self) -> str:

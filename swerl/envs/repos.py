@@ -15,6 +15,8 @@ import subprocess
 from pathlib import Path
 from typing import Protocol
 
+from pydantic import BaseModel, Field
+
 GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
     "GIT_TERMINAL_PROMPT": "0",
@@ -23,6 +25,15 @@ GIT_ENV = {
     "GIT_COMMITTER_NAME": "swerl",
     "GIT_COMMITTER_EMAIL": "swerl@localhost",
 }
+
+
+class MirrorSettings(BaseModel):
+    """Where a task set's repositories are mirrored."""
+
+    repos: Path | None = Field(None, description="Mirror folder holding the repositories as `<owner>__<name>` (bare or "
+                               "not). None: the embedded demo's mirror for the demo tasks (a pipeline's curriculum: the "
+                               "one it generates); otherwise no mirror (prebuilt images, or GitHub for an image build "
+                               "that allows it).")
 
 
 class RepoNotFoundError(RuntimeError):

@@ -45,6 +45,13 @@ from swerl.grading.results import FailureClass, GradeResult
 SETUP_ALLOWANCE_S = 120.0  # the whole exec's limit: the set-up and the report, on top of the tests' own time limit
 
 
+class GradingSandboxesSettings(BaseModel):
+    """How many gradings run at once."""
+
+    grading_sandboxes: int = Field(2, ge=1, le=256, description="Grading sandboxes at once (per chunk of predictions "
+                                   "where a flow splits them); each holds a test run's memory and CPUs.")
+
+
 class GradingConfig(BaseModel):
     """How predictions are graded."""
 
@@ -56,7 +63,8 @@ class GradingConfig(BaseModel):
     )
     protected: ProtectedPathsConfig = Field(default_factory=ProtectedPathsConfig, description="Diff sections never applied.")
     infra_retries: int = Field(1, ge=0, le=5, description="Fresh-sandbox retries after an infrastructure error.")
-    log_dir: Path | None = Field(None, description="Where each grading's patch, test log and report are kept.")
+    grading_logs: Path | None = Field(None, description="Where each grading's patch, test log and report are kept "
+                                      "(None: the run's own logs folder, e.g. LOG_DIR/grading; none outside a run).")
     run_tests_without_patch: bool = Field(False, description="Run the tests even for an empty patch (task validation).")
     canaries: bool = Field(True, description="Add copies of the FAIL_TO_PASS tests with known outcomes (one must fail, one "
                            "must pass); a run where either is flipped is graded 'tampered'.")
@@ -72,8 +80,8 @@ class GradingConfig(BaseModel):
     test_uid: int = Field(54321, ge=1000, le=2**31 - 2, description="The unprivileged user's id in the sandbox.")
 
     def for_run(self, log_dir: Path, run_id: str, **changes: Any) -> GradingConfig:
-        """A copy for one run: logs under ``log_dir`` (unless a log folder is set), sandboxes labelled ``run_id``."""
-        config = self.model_copy(update={"log_dir": self.log_dir or log_dir, **changes}, deep=True)
+        """A copy for one run: logs under ``log_dir`` (unless ``grading_logs`` is set), sandboxes labelled ``run_id``."""
+        config = self.model_copy(update={"grading_logs": self.grading_logs or log_dir, **changes}, deep=True)
         config.sandbox.run_id = run_id
         return config
 
@@ -269,8 +277,8 @@ def grade_prediction(task: Task, patch: str | None, image: str, config: GradingC
     """Grade ``patch`` for ``task`` in a fresh sandbox of ``image``; never raises for bad input."""
     _load_swebench()  # before the clock: ``duration_s`` is this grading's time, not a process's first imports
     start = time.monotonic()
-    logs = Logs(config.log_dir / task.instance_id / (log_subdir or _safe(model_name or "prediction"))
-                 if config.log_dir else None)
+    logs = Logs(config.grading_logs / task.instance_id / (log_subdir or _safe(model_name or "prediction"))
+                 if config.grading_logs else None)
     logs.write("patch.diff", patch or "")
     if not (patch or "").strip() and not config.run_tests_without_patch:
         result = GradeResult(instance_id=task.instance_id, resolved=False, image=image,
@@ -334,7 +342,7 @@ def _blame(task: Task, image: str, config: GradingConfig, slots: threading.Bound
            failed: GradeResult) -> GradeResult:
     """The runner died twice while this patch's tests ran: the patch did it, unless the tests without it do too."""
     try:
-        _attempt(task, "", image, config.model_copy(update={"run_tests_without_patch": True, "log_dir": None}), slots,
+        _attempt(task, "", image, config.model_copy(update={"run_tests_without_patch": True, "grading_logs": None}), slots,
                  Logs(None))
     except (SandboxError, DockerException, OSError) as e:
         failed.reason += f"; the tests without the patch failed the same way ({type(e).__name__}), so it is the infrastructure"

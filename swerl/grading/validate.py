@@ -18,25 +18,38 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from swerl.data.filters import flaky_tests
 from swerl.data.task import Task
-from swerl.grading.grader import GradingConfig, grade_many
+from swerl.grading.grader import GradingConfig, GradingSandboxesSettings, grade_many
 from swerl.grading.results import FailureClass, GradeResult
 from swerl.grading.verdict_store import JsonVerdictStore, content_key, grading_settings
 
 GOLD, EMPTY = "gold", "empty"
 
 
-class ValidationConfig(BaseModel):
-    """How tasks are validated."""
+class ValidationSettings(GradingSandboxesSettings):
+    """How a task set is validated: its gold patch graded ``validate_runs`` times per task (the empty patch once more),
+    ``grading_sandboxes`` at once."""
 
-    runs: int = Field(3, ge=1, le=100, description="Gold-patch runs per task (the paper used 50 for flakiness).")
-    concurrency: int = Field(2, ge=1, le=64, description="Sandboxes graded at once.")
+    validate_runs: int = Field(1, ge=0, le=100, description="Gold-patch runs per task when validating a task set (its "
+                               "empty patch runs once more; more runs find flaky tests: the paper used 50); 0: no "
+                               "validation.")
+
+
+class ValidationConfig(ValidationSettings):
+    """How tasks are validated, and where the verdicts are kept."""
+
     grading: GradingConfig = Field(default_factory=lambda: GradingConfig(run_tests_without_patch=True))
     cache_dir: Path | None = Field(None, description="Verdict cache keyed by content (None: no cache); see "
                                    "default_cache_dir().")
+
+    @model_validator(mode="after")
+    def _runs_something(self) -> ValidationConfig:
+        if self.validate_runs < 1:
+            raise ValueError("validate_runs 0 validates nothing: skip the validation instead (a form's 0 means that)")
+        return self
 
 
 def default_cache_dir() -> Path:
@@ -47,7 +60,7 @@ def default_cache_dir() -> Path:
 
 def verdict_key(task: Task, image: str, config: ValidationConfig) -> str:
     """What a verdict depends on: the task record, the image tag, the gold runs, the grading settings."""
-    return content_key("swerl-validation-v2", task, image, str(config.runs), grading_settings(config.grading))
+    return content_key("swerl-validation-v2", task, image, str(config.validate_runs), grading_settings(config.grading))
 
 
 class VerdictCache(JsonVerdictStore["TaskValidation"]):
@@ -156,7 +169,7 @@ def validate_tasks(tasks: Sequence[Task], images: dict[str, str | None], config:
         image = images.get(task.instance_id)
         if image is None or task.instance_id in cached:
             continue
-        jobs += [(task, task.patch, image, f"{GOLD}") for _ in range(config.runs)]
+        jobs += [(task, task.patch, image, f"{GOLD}") for _ in range(config.validate_runs)]
         jobs.append((task, "", image, EMPTY))
     by_task: dict[str, list[GradeResult]] = {}
 
@@ -165,10 +178,10 @@ def validate_tasks(tasks: Sequence[Task], images: dict[str, str | None], config:
         res.model_name_or_path = kind
         got = by_task.setdefault(task.instance_id, [])
         got.append(res)
-        if cache and len(got) == config.runs + 1 and not any(r.failure_class is FailureClass.INFRA_ERROR for r in got):
+        if cache and len(got) == config.validate_runs + 1 and not any(r.failure_class is FailureClass.INFRA_ERROR for r in got):
             cache.put(keys[task.instance_id], _verdict_of(task, image, got))
 
-    grade_many(jobs, config.grading, concurrency=config.concurrency, progress=progress, on_result=done)
+    grade_many(jobs, config.grading, concurrency=config.grading_sandboxes, progress=progress, on_result=done)
     verdicts = []
     for task in tasks:
         if task.instance_id in cached:
@@ -177,5 +190,5 @@ def validate_tasks(tasks: Sequence[Task], images: dict[str, str | None], config:
         error = build_errors.get(task.instance_id) or (None if task.instance_id in images and images[task.instance_id] else "no image")
         verdicts.append(_verdict_of(task, images.get(task.instance_id), by_task.get(task.instance_id, []), error))
     valid = sum(v.valid for v in verdicts)
-    return ValidationReport(total=len(verdicts), valid=valid, invalid=len(verdicts) - valid, runs=config.runs, tasks=verdicts,
+    return ValidationReport(total=len(verdicts), valid=valid, invalid=len(verdicts) - valid, runs=config.validate_runs, tasks=verdicts,
                             cached=len(cached))

@@ -47,8 +47,10 @@ class JsonVerdictStore(Generic[M]):
 
 def grading_settings(grading: BaseModel) -> str:
     """A grading config as the JSON a verdict depends on: not where logs go, not which run labels the sandboxes."""
-    settings = grading.model_dump(mode="json", exclude={"log_dir"})
+    settings = grading.model_dump(mode="json", exclude={"grading_logs"})
     settings.get("sandbox", {}).pop("run_id", None)
+    for host in settings.get("sandbox", {}).get("hosts") or []:  # a pool's bound, under the name verdicts were keyed by
+        host["max_concurrency"] = host.pop("max_sandboxes")
     return json.dumps(settings, sort_keys=True)
 
 

@@ -9,7 +9,6 @@ model's generation_config says (the paper's collapse came from a silent top-k).
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +29,27 @@ ModelRef = Annotated[str, BeforeValidator(_as_str), Field(min_length=1, max_leng
 """What an engine config names as its model: a local folder (a path, or a str) or a hub id such as ORG/NAME."""
 
 
+class ContextSettings(BaseModel):
+    """How many tokens an engine's sequences may hold."""
+
+    max_context: int | None = Field(
+        None, ge=16, le=100_000_000, description="Prompt + completion tokens; None: the model's own window (hf: its "
+        "max_position_embeddings; openai: the server's max_model_len; scripted: 32768). The agent's budget too."
+    )
+
+
+class WeightLoadSettings(BaseModel):
+    """How long an engine waits to swap in new weights."""
+
+    weight_load_timeout_s: float = Field(
+        900.0, gt=0, le=86_400, description="load_weights waits this long for in-flight requests (and the reload itself), "
+        "then fails with EngineError."
+    )
+
+
 class SamplingConfig(BaseModel):
-    """How tokens are drawn. The defaults are the unbiased training settings."""
+    """How tokens are drawn. The defaults are the unbiased training settings. A reply's length cap and seed are the
+    request's own (``GenerationRequest``): a request without a seed is sampled unseeded."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -40,12 +58,6 @@ class SamplingConfig(BaseModel):
     top_k: int = Field(0, ge=0, description="Keep only the k most likely tokens; 0 disables it (required for training).")
     min_p: float = Field(0.0, ge=0, lt=1, description="Drop tokens below min_p x the top prob; 0 disables it.")
     repetition_penalty: float = Field(1.0, gt=0, le=10, description="1.0 disables it (required for training).")
-    max_new_tokens: int | None = Field(
-        None, ge=1, le=1_000_000, description="Cap on sampled tokens per request, on top of the request's own; None: the request's alone."
-    )
-    seed: int | None = Field(
-        None, description="Base seed for requests that carry none: each derives its own from it and its request id (hashed: any int)."
-    )
     stop_token_ids: tuple[Annotated[int, Field(ge=0)], ...] = Field(
         (), max_length=1024, description="Tokens that end every reply, besides the request's own stop tokens; kept in the output."
     )
@@ -88,8 +100,8 @@ class Generation:
 class RequestLimits:
     """How one request is sampled, the same way by every engine (``request_limits``)."""
 
-    max_tokens: int  # tokens it may sample: the request's cap, SamplingConfig's, and the context left
-    seed: int | None  # the request's seed, else one derived from SamplingConfig.seed and the request id
+    max_tokens: int  # tokens it may sample: the request's cap and the context left
+    seed: int | None  # the request's seed (None: unseeded)
     stop_token_ids: tuple[int, ...]  # the request's stop tokens, then SamplingConfig's
 
 
@@ -101,13 +113,8 @@ def request_limits(request: GenerationRequest, sampling: SamplingConfig, max_con
         raise EngineError(
             f"request {request.request_id}: prompt of {len(request.prompt_ids)} tokens leaves no room in the context of {max_context}"
         )
-    cap = min(request.max_new_tokens, sampling.max_new_tokens or request.max_new_tokens, room)
-    seed = request.seed
-    if seed is None and sampling.seed is not None:
-        digest = hashlib.sha256(f"{sampling.seed}:{request.request_id}".encode()).digest()
-        seed = int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
     stops = tuple(dict.fromkeys((*request.stop_token_ids, *sampling.stop_token_ids)))
-    return RequestLimits(max_tokens=cap, seed=seed, stop_token_ids=stops)
+    return RequestLimits(max_tokens=min(request.max_new_tokens, room), seed=request.seed, stop_token_ids=stops)
 
 
 @runtime_checkable

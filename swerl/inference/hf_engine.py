@@ -83,7 +83,7 @@ class HFEngine:
 
     def __init__(self, config: HFEngineConfig, sampling: SamplingConfig | None = None, policy_version: str = "0") -> None:
         require_model(config.model)
-        from transformers import AutoModelForCausalLM
+        from swerl.util.model_loading import load_causal_lm
 
         self.config = config
         self.sampling = sampling or SamplingConfig()  # read as each request comes: replacing it changes later requests
@@ -91,7 +91,7 @@ class HFEngine:
         self.device = resolve_device(self.config.device)
         self.dtype = resolve_dtype(self.config.dtype, self.device)
         try:
-            self.model = AutoModelForCausalLM.from_pretrained(
+            self.model = load_causal_lm(
                 self.model_path, dtype=self.dtype, attn_implementation=self.config.attn_implementation
             ).to(self.device)
         except (OSError, ValueError) as e:

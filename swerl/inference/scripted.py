@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from swerl.grading.diffs import split_diff
 from swerl.inference.base import EngineError, Generation, GenerationRequest, SamplingConfig, request_limits
-from swerl.inference.config import ScriptedEngineConfig
+from swerl.inference.config import SCRIPTED_MAX_CONTEXT, ScriptedEngineConfig
 
 if TYPE_CHECKING:
     from swerl.data.task import Task
@@ -56,7 +56,7 @@ class ScriptedEngine:
         self.scripts = scripts
         self.config = config or ScriptedEngineConfig()
         self.sampling = sampling or SamplingConfig()
-        self.max_context = self.config.max_context
+        self.max_context = self.config.max_context or SCRIPTED_MAX_CONTEXT
         self.policy_version = policy_version
         self._stop = list(stop_token_ids) if stop_token_ids is not None else [tokenizer.convert_tokens_to_ids("<|im_end|>")]
         self._closed = False

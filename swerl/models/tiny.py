@@ -13,20 +13,20 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from swerl.models.tokenizer_training import (IM_END, PAD_TOKEN, corpus_digest, corpus_files, save_tokenizer,
                                              train_tokenizer)
+from swerl.util.settings import SeedSettings
 
 MODEL_CARD = "swerl_model.json"
 
 
-class TinyModelConfig(BaseModel):
-    """Shape of the tiny policy and of its tokenizer."""
+class TinyModelConfig(SeedSettings):
+    """Shape of the tiny policy and of its tokenizer; the seed draws its random weights."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed for the random weights.")
     vocab_size: int = Field(4096, ge=512, le=65536, description="Tokens in all: byte-level BPE plus the three special tokens; also the embedding rows.")
     hidden_size: int = Field(64, ge=8, le=4096, description="Width of the residual stream.")
     num_hidden_layers: int = Field(2, ge=1, le=64, description="Decoder layers.")

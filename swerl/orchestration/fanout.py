@@ -17,8 +17,10 @@ DASK_ADDRESS = r"^(tcp|tls|ucx|ws|wss)://[^\s/]+:\d{1,5}$"
 
 
 class FanOutParams(BaseModel):
-    """How a flow spreads its chunks."""
+    """How a flow splits its items into chunks, and where the chunks run."""
 
+    chunk_size: int | None = Field(None, ge=1, le=100_000, description="Items (tasks, predictions) per task run; None: one "
+                                   "run for all. The chunks run in parallel on a distributed task runner (`dask_address`).")
     dask_address: str | None = Field(
         None, pattern=DASK_ADDRESS, description="Scheduler of a Dask cluster whose workers run the chunks, e.g. "
         "tcp://10.0.0.5:8786 (prefect-dask's task runner); None: every chunk runs in the flow's own process.")

@@ -13,7 +13,7 @@ from swerl.rl.rewards import RewardConfig, score_trajectories
 
 # trainer metrics averaged over an update's optimiser steps
 TRAIN_KEYS = ("loss", "grad_norm", "clip_frac_low", "clip_frac_high", "approx_kl", "entropy", "ratio_mean",
-              "tokens_per_s", "step_seconds", "lr", "neg_capped_frac")
+              "tokens_per_s", "step_seconds", "lr", "neg_capped_frac", "is_weight_mean", "is_truncated_frac")
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory], reward: RewardConfig | None = None,
@@ -41,6 +41,10 @@ def rollout_metrics(trajectories: Sequence[Trajectory], reward: RewardConfig | N
     }
     if wall_s:
         out["tokens_per_s"] = out["action_tokens"] / wall_s
+    behind = [t.staleness for t in trajectories if t.staleness is not None]
+    if behind:  # an asynchronous pipeline's rollout: how far behind its update the data is
+        out["staleness_mean"] = sum(behind) / len(behind)
+        out["staleness_max"] = float(max(behind))
     for reason, n in Counter(t.exit_reason.value for t in trajectories).items():
         out[f"exit_{reason}"] = float(n)
     for cls, n in Counter(t.grade_failure or ("resolved" if t.resolved else "ungraded") for t in trajectories).items():

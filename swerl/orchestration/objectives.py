@@ -42,7 +42,7 @@ class RFTIteration(BaseModel):
 
     @property
     def samples(self) -> int:
-        return self.rft.samples
+        return self.rft.attempts
 
     @property
     def train(self) -> TrainParams:
@@ -62,7 +62,8 @@ class RFTIteration(BaseModel):
         """Nothing to refuse before the rollout."""
 
     def run_params(self, sampler: SamplerParams, start_version: str) -> dict[str, Any]:
-        return {"samples": self.rft.samples, "engine": sampler.engine, "lr": self.train.optimizer.lr, "epochs": self.train.epochs}
+        # MLflow params keep the keys every run logged (a resumed run logs them again): `samples` is the attempts
+        return {"samples": self.rft.attempts, "engine": sampler.engine.kind, "lr": self.train.optimizer.lr, "epochs": self.train.epochs}
 
     def stage_config(self, trajectories: Path, model: str, out: Path, seed: int, policy_version: str) -> RFTStage:
         # RFT may train on any policy's runs (demonstrations included): no policy_version check
@@ -89,7 +90,7 @@ class DAPOIteration(BaseModel):
 
     @property
     def samples(self) -> int:
-        return self.dapo.samples
+        return self.dapo.group_size
 
     @property
     def train(self) -> TrainParams:
@@ -118,13 +119,13 @@ class DAPOIteration(BaseModel):
         d = self.dapo
         # MLflow params are immutable: a resumed run logs these again, so any loss setting beyond the keys every run
         # logged comes only when changed (a new defaulted option then adds nothing to a run logged before it)
-        return {"iteration": self.iteration, "samples": d.samples, "eps_low": d.loss.eps_low, "eps_high": d.loss.eps_high,
+        return {"iteration": self.iteration, "samples": d.group_size, "eps_low": d.loss.eps_low, "eps_high": d.loss.eps_high,
                 "lr": d.train.optimizer.lr, "advantage": d.advantage, "start_policy": start_version, **changed(d.loss),
                 **changed(d.off_policy)}
 
     def stage_config(self, trajectories: Path, model: str, out: Path, seed: int, policy_version: str) -> DAPOStage:
         return DAPOStage(trajectories=[trajectories], model=model, out=out, seed=seed, train=self.train.settings(),
-                         policy_version=policy_version, iteration=self.iteration, **dict(part(self.dapo, DAPOObjective)))
+                         require_version=policy_version, iteration=self.iteration, **dict(part(self.dapo, DAPOObjective)))
 
 
 Objective = Annotated[Union[RFTIteration, DAPOIteration], Field(discriminator="kind")]

@@ -60,24 +60,24 @@ def stage_plan(params: PipelineParams) -> list[PlanStep]:
     if params.warm_start is not None:
         warm = params.warm_start
         # a noisy demonstrator's unfixed runs are the point of it: imitate them too
-        objective = RFTIteration(stage="warm-start", rft=RFTParams(samples=warm.samples, sampler=warm.sampler, train=warm.train,
-                                                                   require_resolved=warm.sampler.demo_give_up == 0,
+        objective = RFTIteration(stage="warm-start", rft=RFTParams(attempts=warm.samples, sampler=warm.sampler, train=warm.train,
+                                                                   require_resolved=warm.sampler.give_up == 0,
                                                                    require_graded=warm.grade),
                                  grade=warm.grade)
         plan.append(TrainStep(name="warm-start", objective=objective, flow="rft", step=0, task_set="warm",
-                              engine=warm.sampler.engine, on_parent=False, must_train=True))
+                              engine=warm.sampler.engine.kind, on_parent=False, must_train=True))
     if params.eval.evaluate_start:
         if params.warm_start is None:
             plan.append(StartStep(name="start-policy"))
         plan.append(EvalStep(name="eval-start", step=0, row="start"))
     if params.rft.enabled:
         objective = RFTIteration(rft=params.rft)
-        plan += [TrainStep(name="rft", objective=objective, flow="rft", step=1, engine=objective.sampler_of(params.sampler).engine),
+        plan += [TrainStep(name="rft", objective=objective, flow="rft", step=1, engine=objective.sampler_of(params.sampler).engine.kind),
                  EvalStep(name="eval-rft", step=1, row="rft", after="rft")]
     last = params.dapo.iterations
     for k in range(1, last + 1):
         plan.append(TrainStep(name=f"iter-{k}", objective=DAPOIteration(dapo=params.dapo, iteration=k), flow="dapo_iteration",
-                              step=1 + k, engine=params.sampler.engine))
+                              step=1 + k, engine=params.sampler.engine.kind))
         if params.eval.every_iteration or k == last:
             plan.append(EvalStep(name=f"eval-iter-{k}", step=1 + k, row=f"iter-{k}", after=f"iter-{k}"))
     return plan

@@ -62,6 +62,19 @@ class PolicyRef(BaseModel):
         return f"version:{self.registered_version}" if self.registered_version else self.path
 
 
+class SampledIteration(BaseModel):
+    """A training iteration's rollouts, made: its MLflow run and where the trajectories are (an asynchronous pipeline
+    samples iteration k+1 while iteration k trains, and records this when the rollouts end)."""
+
+    run_id: str | None = Field(None, description="The iteration's MLflow run, opened when its sampling started.")
+    rolled: ChunkedRollout
+    policy_version: str = Field(description="The policy its rollouts started with (newer ones may have been loaded "
+                                "while they ran: each turn records its own).")
+    trains_from: str | None = Field(None, description="The version its update was planned to start from (the "
+                                    "trajectories' staleness counts from it).")
+    seconds: float | None = Field(None, ge=0, description="Wall time of the sampling (set by the pipeline).")
+
+
 class StageResult(BaseModel):
     """A training stage (warm-start, RFT, a DAPO iteration): the policy after it and what it measured."""
 
@@ -75,6 +88,8 @@ class StageResult(BaseModel):
     seconds: float | None = Field(None, ge=0, description="Wall time of the stage (set by the pipeline).")
     ran_on: list[str] = Field(default_factory=list, description="Where its rollout chunks ran: `dask:<worker>` on a Dask "
                               "cluster, else `<host>:<pid>` (sorted, each once).")
+    sampled_by: dict[str, int] = Field(default_factory=dict, description="Its trajectories per policy version that "
+                                       "sampled their first turn: which policy each finished piece came from.")
 
 
 class EvalResult(BaseModel):
@@ -175,6 +190,8 @@ class RolloutFigures(BaseModel):
     trajectories: int
     metrics: dict[str, float]
     behaviour: Behaviour
+    sampled_by: dict[str, int] = Field(default_factory=dict, description="Trajectories per policy version that sampled "
+                                       "their first turn (an asynchronous rollout spans a reload: later turns may be newer).")
 
 
 class RFTSelection(BaseModel):

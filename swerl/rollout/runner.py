@@ -42,21 +42,54 @@ from swerl.grading.results import GradeResult
 from swerl.grading.verdict_store import JsonVerdictStore, content_key, grading_settings
 from swerl.inference.base import InferenceEngine
 from swerl.rollout.sampler import SamplerConfig
+from swerl.rl.staleness import StalenessError, staleness
 from swerl.rollout.store import TrajectoryStore
+from swerl.util.settings import SeedSettings
 
 
-class RolloutConfig(BaseModel):
+class SamplesSettings(BaseModel):
+    """How many trajectories a rollout samples per task."""
+
+    samples: int = Field(1, ge=1, le=1024, description="Trajectories per task (G; the paper's DAPO uses 10; for an "
+                         "evaluation, the runs k).")
+
+
+class GradeSettings(BaseModel):
+    """Whether a rollout grades its trajectories."""
+
+    grade: bool = Field(True, description="Grade each trajectory's patch in a fresh sandbox as soon as it ends.")
+
+
+class RolloutSettings(GradeSettings, SeedSettings, SamplesSettings):
+    """A rollout's size, seed and grading, whoever asks for it (the runner, the stage, the Prefect form); each
+    (task, sample, turn) derives its own seed from the base seed."""
+
+
+class PolicyVersionSettings(BaseModel):
+    """The policy version a rollout's trajectories are recorded under."""
+
+    policy_version: str | None = Field(None, max_length=256, description="Recorded on every trajectory "
+                                       "(training refuses other versions; staleness counts from it). None: the "
+                                       "registry's version when the model is a registered alias, else \"0\".")
+
+
+class StalenessSettings(BaseModel):
+    """Which update a rollout's trajectories are for, so each records how stale it is."""
+
+    trains_from: str | None = Field(None, max_length=256, description="The policy version the update that trains on "
+                                    "this rollout starts from (an asynchronous pipeline samples iteration k+1 while "
+                                    "iteration k trains); each trajectory records how many versions behind it its "
+                                    "oldest turn is. None: not recorded.")
+
+
+class RolloutConfig(RolloutSettings, StalenessSettings):
     """One rollout run."""
 
     model_config = ConfigDict(extra="forbid")
 
-    samples: int = Field(1, ge=1, le=1024, description="Trajectories per task (G; the paper uses 10).")
-    seed: int | None = Field(0, description="Base seed; each (task, sample, turn) derives its own. None: unseeded.")
-    grade: bool = Field(True, description="Grade each trajectory's patch in a fresh sandbox as soon as it ends.")
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="How the trajectories are run: at once, the "
                                    "agent, its sandboxes, the grading and its shared verdicts, the reruns of a lost host "
                                    "(its engine fields name the engine the caller passes).")
-    reuse_grades: bool = Field(True, description="Grade each distinct (task, patch) once per run and reuse the verdict for repeats.")
     model_name: str = Field("", description="Recorded on every trajectory (model path or name).")
 
 
@@ -78,6 +111,10 @@ class RolloutSummary(BaseModel):
     wall_s: float
     action_tokens: int
     store: str
+    policies_loaded: list[str] = Field(default_factory=list, description="Newer policies loaded while it sampled (an "
+                                       "asynchronous pipeline's feed), in order.")
+    reloads_failed: dict[str, str] = Field(default_factory=dict, description="Policies whose reload failed -> why (the "
+                                           "rollout went on with the weights it had).")
 
 
 class _Grades:
@@ -89,7 +126,7 @@ class _Grades:
         self._agent = agent
         self._verdicts: dict[tuple[str, str], asyncio.Future] = {}
         cache = config.sampler.grade_cache
-        self._kept = JsonVerdictStore(cache, GradeResult) if cache and config.reuse_grades else None
+        self._kept = JsonVerdictStore(cache, GradeResult) if cache and config.sampler.reuse_grades else None
         self._settings = grading_settings(config.sampler.grading)
         self.ran: list[str] = []  # instance ids graded in a sandbox (not reused)
 
@@ -109,11 +146,22 @@ class _Grades:
         digest = hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()
         known = self._verdicts.get((task.instance_id, digest))
         stale = known is not None and known.done() and (known.exception() is not None or known.result().is_infra_error)
-        if not self._config.reuse_grades or known is None or stale:
+        if not self._config.sampler.reuse_grades or known is None or stale:
             known = self._verdicts[(task.instance_id, digest)] = asyncio.ensure_future(
                 asyncio.to_thread(self._graded, task, patch, digest, image, sample))
         # shielded: a cancelled waiter must not cancel the grading that other repeats share
         return await asyncio.shield(known)
+
+
+def _staleness(traj: Trajectory, trains_from: str | None) -> int | None:
+    """How far behind ``trains_from`` the trajectory is; None when no update is named, or the versions have no place
+    in the pipeline's order (a standalone rollout's registry versions)."""
+    if trains_from is None:
+        return None
+    try:
+        return staleness(traj, trains_from)
+    except StalenessError:
+        return None
 
 
 def _thread_per_trajectory(concurrency: int) -> None:
@@ -173,6 +221,7 @@ async def run_rollouts(
                 break
             retried.append(traj.trajectory_id)  # the lost attempt is dropped: its sandbox's host is gone, so is its run
         traj.model = config.model_name
+        traj.staleness = _staleness(traj, config.trains_from)
         await asyncio.to_thread(store.append, traj)
         produced.append(traj)
         if on_done is not None:

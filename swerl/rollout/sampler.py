@@ -4,22 +4,31 @@ and the Prefect forms."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, SerializationInfo, SerializerFunctionWrapHandler, field_validator,
+                      model_serializer, model_validator)
 
 from swerl.agent.loop import AgentConfig
 from swerl.envs.docker_sandbox import DockerSandboxConfig
 from swerl.envs.factory import SandboxConfig
 from swerl.grading.grader import GradingConfig
 from swerl.inference.base import SamplingConfig
-from swerl.inference.config import EngineKind, VLLMServeConfig
+from swerl.inference.config import EngineKind, EngineSettings, HFEngineSettings, VLLMServeConfig
 
 
 def agent_sandbox() -> DockerSandboxConfig:
     """The default sandbox of an agent: docker, its commands over one long-lived runner (a few ms each)."""
     return DockerSandboxConfig(exec_channel=True)
+
+
+def _or_a_bare_kind(schema: dict[str, Any]) -> None:
+    """The engine's JSON schema (Prefect's forms and its server's parameter check) takes the bare kind too: a sampler
+    at the engine's defaults is written as one (``engine: hf``)."""
+    union = {key: schema.pop(key) for key in ("oneOf", "anyOf", "discriminator", "$ref") if key in schema}
+    schema["anyOf"] = [union, {"type": "string", "enum": list(get_args(EngineKind))}]
 
 
 class SamplerConfig(BaseModel):
@@ -28,26 +37,18 @@ class SamplerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    engine: EngineKind = Field("hf", description="hf (transformers), vllm (in-process), openai (HTTP server), scripted "
-                               "(replays gold patches).")
-    base_url: str | None = Field(None, description="OpenAI-compatible server for engine openai, e.g. http://127.0.0.1:8000/v1. "
-                                 "A stage whose model is a checkpoint folder reloads it into the server first, unless the "
-                                 "server already serves it as the stage's policy version (serve_vllm's servers can).")
-    serve: VLLMServeConfig | None = Field(None, description="Engine openai without base_url: the pipeline starts this vLLM "
+    engine: EngineSettings = Field(
+        default_factory=HFEngineSettings,
+        description="The engine that serves the policy, tagged by `kind`: hf (transformers), vllm (in-process), openai (HTTP "
+        "server), scripted (replays gold patches), with its settings (the stage adds the policy's model). A bare kind is "
+        "short for its defaults: `engine: scripted` is `engine: {kind: scripted}`.", json_schema_extra=_or_a_bare_kind)
+    serve: VLLMServeConfig | None = Field(None, description="Engine openai without engine.base_url: the pipeline starts this vLLM "
                                           "server once for the run, on its starting policy, and stops it at the end.")
-    served_model: str | None = Field(None, min_length=1, max_length=512, description="Engine openai: the name the server "
-                                     "serves the policy under (its --served-model-name); None: the only model it lists.")
-    torch_threads: int | None = Field(None, ge=1, le=1024, description="Engine hf on CPU: torch threads of its decoding "
-                                      "thread (None: torch's default; 1 is fastest for a small model beside busy sandboxes).")
-    demo: Literal["edit", "replace"] = Field("edit", description="Engine scripted: `edit` explores then edits the gold patch's "
-                                             "lines; `replace` opens the file, replaces the smallest unique span, submits.")
-    demo_give_up: float = Field(0.0, ge=0.0, le=1.0, description="Demo `replace`: the fraction of trajectories that submit "
-                                "right after `open`, unfixed (a noisy demonstrator: the policy it teaches often stops short).")
     concurrency: int = Field(4, ge=1, le=4096, description="Trajectories (sandboxes) at once.")
-    agent: AgentConfig = Field(default_factory=AgentConfig, description="The agent's limits (turns, context, reply length, "
-                               "timeouts) and prompts.")
+    agent: AgentConfig = Field(default_factory=AgentConfig, description="The agent's limits (turns, reply length, timeouts; "
+                               "its token budget is engine.max_context) and prompts.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="How tokens are drawn (the defaults are "
-                                     "the unbiased training settings); its max_new_tokens is agent.max_new_tokens.")
+                                     "the unbiased training settings); a reply's cap is agent.max_new_tokens.")
     sandbox: SandboxConfig = Field(
         default_factory=agent_sandbox,
         description="The agent's sandboxes: docker (default; images built from the tasks), local (each task's "
@@ -63,28 +64,52 @@ class SamplerConfig(BaseModel):
                                    "infra_error, for a rerun.")
     grading: GradingConfig = Field(default_factory=GradingConfig, description="How each trajectory's patch is graded: "
                                    "the tests' time limit, canaries, test user, tripwire, the grading sandboxes' limits "
-                                   "(log_dir None: the stage's LOG_DIR/grading). Validation grades the gold patches so too.")
+                                   "(grading_logs None: the stage's LOG_DIR/grading). Validation grades the gold patches so too.")
+    reuse_grades: bool = Field(True, description="Grade each distinct (task, patch) once per stage and give its repeats "
+                               "the same verdict (False: every trajectory graded in its own sandbox, e.g. to measure "
+                               "grading itself).")
     grade_cache: Path | None = Field(None, description="A folder of grading verdicts shared by every stage that names it, "
                                      "keyed by task record, image, patch and grading settings: a patch graded once is not "
                                      "graded again (a pipeline uses RUN_DIR/grades). None: shared within a stage only.")
 
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine_shorthand(cls, value: Any) -> Any:
+        """A bare kind (``engine: scripted``, ``SamplerConfig(engine="vllm")``) is that engine's defaults; settings
+        without a kind are the default engine's (hf)."""
+        if isinstance(value, str):
+            return {"kind": value}
+        if isinstance(value, Mapping) and "kind" not in value:
+            return {"kind": "hf", **value}
+        return value
+
+    @model_serializer(mode="wrap")
+    def _engine_dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        # with exclude_defaults (a run's fingerprint, MLflow params): the engine's kind is kept, and an engine at its
+        # kind's defaults is the bare kind, as a sampler recorded its engine before the engine had settings here
+        data = handler(self)
+        if info.exclude_defaults and isinstance(data, dict) and isinstance(data.get("engine"), dict):
+            data["engine"] = {"kind": self.engine.kind, **data["engine"]} if data["engine"] else self.engine.kind
+        return data
+
     @model_validator(mode="after")
     def _one_server(self) -> SamplerConfig:
-        if self.serve is not None and (self.engine != "openai" or self.base_url):
-            raise ValueError(f"serve starts a vLLM server for engine openai: it needs engine openai (not {self.engine}) and no "
-                             f"base_url (given: {self.base_url!r}); give either serve or base_url")
+        base_url = getattr(self.engine, "base_url", None)
+        if self.serve is not None and (self.engine.kind != "openai" or base_url):
+            raise ValueError(f"serve starts a vLLM server for engine openai: it needs engine openai (not {self.engine.kind}) "
+                             f"and no engine.base_url (given: {base_url!r}); give either serve or engine.base_url")
         return self
 
     @model_validator(mode="after")
-    def _one_reply_cap(self) -> SamplerConfig:
-        # a form sends every field back, None included: only a cap actually set can disagree
-        cap = self.sampling.max_new_tokens
-        if "max_new_tokens" in self.sampling.model_fields_set and cap is not None and cap != self.agent.max_new_tokens:
-            raise ValueError(f"sampling.max_new_tokens ({self.sampling.max_new_tokens}) differs from agent.max_new_tokens "
-                             f"({self.agent.max_new_tokens}): the reply cap is agent.max_new_tokens; set that and leave "
-                             "sampling.max_new_tokens unset")
+    def _reply_fits_the_context(self) -> SamplerConfig:
+        context = self.engine.max_model_len if self.engine.kind == "vllm" else self.engine.max_context
+        if context is not None and self.agent.max_new_tokens >= context:
+            name = "engine.max_model_len" if self.engine.kind == "vllm" else "engine.max_context"
+            raise ValueError(f"agent.max_new_tokens ({self.agent.max_new_tokens}) must be below {name} ({context}): a reply "
+                             f"has to fit in the context beside its prompt; lower agent.max_new_tokens or raise {name}")
         return self
 
-    def engine_sampling(self) -> SamplingConfig:
-        """The engine's sampling settings, with the agent's reply cap."""
-        return self.sampling.model_copy(update={"max_new_tokens": self.agent.max_new_tokens})
+    @property
+    def give_up(self) -> float:
+        """The share of trajectories the demonstrator gives up unfixed: engine scripted's ``give_up``; 0 for a policy."""
+        return self.engine.give_up if self.engine.kind == "scripted" else 0.0

@@ -34,6 +34,7 @@ grade_failure        string (null)    the grader's failure class
 tamper_flags         list<string>     tamper signature classes in the patch (swerl.grading.tamper_flags)
 swebench_log_resolved bool (null)    swebench's grading functions on the same log (before swerl's layers)
 fail_to_pass_passed, pass_to_pass_failed  int32 (null)
+staleness            int32 (null)     versions behind the update that trains on it (null: none named)
 messages_json        string           the conversation as chat messages (JSON)
 turns_json           string           per-turn records (JSON)
 ==================== ================ ==================================================
@@ -79,6 +80,7 @@ SCHEMA = pa.schema(
         ("swebench_log_resolved", pa.bool_()),
         ("fail_to_pass_passed", pa.int32()),
         ("pass_to_pass_failed", pa.int32()),
+        ("staleness", pa.int32()),
         ("messages_json", pa.string()),
         ("turns_json", pa.string()),
     ]

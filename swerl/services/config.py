@@ -6,9 +6,10 @@ import json
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from swerl.util.paths import SERVICES_HOME
+from swerl.util.settings import HostSettings
 
 SAVED_CONFIG = "services.json"
 # The managed PostgreSQL cluster: its superuser, and one database per service
@@ -22,8 +23,8 @@ _ASYNC_DRIVERS = ("asyncpg", "aiosqlite", "aiomysql", "asyncmy")
 _WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
 
 
-class ServicesConfig(BaseModel):
-    """A local Prefect server with a worker and an MLflow server, under one home folder."""
+class ServicesConfig(HostSettings):
+    """A local Prefect server with a worker and an MLflow server, under one home folder; both servers bind `host`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -31,7 +32,6 @@ class ServicesConfig(BaseModel):
         SERVICES_HOME,
         description="Pid files, logs, the default SQLite databases and artifacts, and PREFECT_HOME of the server and worker.",
     )
-    host: str = Field("127.0.0.1", min_length=1, max_length=253, description="Interface both servers bind.")
     prefect_port: int = Field(4200, ge=1, le=65535, description="Port of the Prefect server (API under /api, UI at /).")
     mlflow_port: int = Field(5000, ge=1, le=65535, description="Port of the MLflow tracking server (API and UI).")
     prefect_database_url: str | None = Field(

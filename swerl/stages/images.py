@@ -8,26 +8,33 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from swerl.data.loaders import TaskLoadError, load_tasks
+from swerl.data.loaders import SkipInvalidSettings, TaskLoadError, load_tasks
 from swerl.data.task import Task
-from swerl.envs.images import BuildOutcome, ImageBuilder, ImageConfig, write_manifest
+from swerl.envs.images import BuildOutcome, CACertSettings, ImageBuilder, ImageConfig, ImageSettings, write_manifest
+from swerl.envs.repos import MirrorSettings
 from swerl.stages.errors import StageInputError
 from swerl.util.paths import IMAGES_MANIFEST, LOG_DIR
 
 
-class ImagesStage(BaseModel):
-    """Which tasks, where their repositories are, and where the manifest goes."""
-
-    model_config = ConfigDict(extra="forbid")
+class TaskStageSettings(MirrorSettings, CACertSettings, SkipInvalidSettings):
+    """What a stage that works on a task set is given: the task file, its repositories, the CA certificates of its
+    image builds, where its logs go, and what it does with invalid task records."""
 
     tasks: Path = Field(description="Task file (.jsonl, .json, .parquet or a saved dataset folder).")
-    repos: Path | None = Field(None, description="Mirror folder holding repositories as `<owner>__<name>`.")
-    ca_certs: list[Path] | None = Field(None, description="Extra CA certificates (PEM) for builds; default: the host's bundle.")
-    concurrency: int = Field(2, ge=1, le=64, description="Builds at once.")
-    log_dir: Path = Field(LOG_DIR, description="Build logs go to LOG_DIR/builds.")
-    github: bool = Field(False, description="Clone repositories missing from `repos` from GitHub.")
+    log_dir: Path = Field(LOG_DIR, description="The stage's logs: image builds in LOG_DIR/builds, gradings in "
+                          "LOG_DIR/grading (unless the grading settings name their own folder).")
+
+
+class ImageBuildSettings(ImageSettings):
+    """How a task set's images are built, and where the task -> image map goes."""
+
     manifest: Path = Field(IMAGES_MANIFEST, description="Where the task -> image map is written.")
-    skip_invalid: bool = Field(False, description="Load the valid task records and skip the invalid ones.")
+
+
+class ImagesStage(TaskStageSettings, ImageBuildSettings):
+    """Which tasks, where their repositories are, how their images are built and where the manifest goes."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class ImagesReady(BaseModel):
@@ -54,8 +61,11 @@ def load_task_file(path: Path, skip_invalid: bool = False) -> list[Task]:
 
 
 def image_config(stage: ImagesStage) -> ImageConfig:
-    return ImageConfig(repos_dir=stage.repos, extra_ca_certs=stage.ca_certs or None, max_parallel=stage.concurrency,
-                       log_dir=stage.log_dir / "builds", github=stage.github)
+    """The image builder's config: the stage's image settings, its mirror, and its build logs in LOG_DIR/builds."""
+    settings = {name: getattr(stage, name) for name in ImageSettings.model_fields}
+    # an empty list, like None, means the host's bundle (as it always has: the images' tags depend on it)
+    return ImageConfig(**{**settings, "ca_certs": stage.ca_certs or None}, repos=stage.repos,
+                       build_logs=stage.log_dir / "builds")
 
 
 def build_outcomes(tasks: list[Task], config: ImageConfig,

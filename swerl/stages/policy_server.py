@@ -4,7 +4,7 @@
 ``SamplerConfig`` inside ``params`` (the pipeline's, RFT's, the warm start's) whose ``serve``
 is set, starts one server for them all (``serve_vllm``: vLLM's OpenAI server with swerl's
 reload extension) on the starting policy, and yields ``params`` with those samplers pointing
-at it (``base_url``, ``served_model``; ``serve`` cleared), so that stages, chunks and Dask
+at it (``engine.base_url``, ``engine.served_model``; ``serve`` cleared), so that stages, chunks and Dask
 workers see an ordinary ``base_url``. Each stage then reloads its own checkpoint in place
 (``OpenAIEngine.ensure_policy``). The server stops when the block ends, whether the body
 returned, raised or was cancelled (a SIGKILLed flow process takes it along: the server gets
@@ -55,7 +55,7 @@ def serve_config(params: BaseModel) -> VLLMServeConfig | None:
             found.append(sampler.serve)
     if len(found) > 1:
         raise StageInputError(f"the samplers ask for {len(found)} different policy servers ({found}); a pipeline starts one: "
-                              "give every openai sampler the same serve settings (or a base_url of its own)")
+                              "give every openai sampler the same serve settings (or an engine.base_url of its own)")
     remote = [s.dask_address for s in _samplers(params) if s.serve is not None and getattr(s, "dask_address", None)]
     if remote and _local_only(found[0].host):
         raise StageInputError(f"the rollout chunks run on the Dask cluster at {remote[0]}, whose workers cannot reach a policy "
@@ -85,14 +85,15 @@ def pointed_at(params: M, base_url: str, served_model: str) -> M:
     def change(sampler: SamplerConfig) -> SamplerConfig:
         if sampler.serve is None:
             return sampler
-        return sampler.model_copy(update={"serve": None, "base_url": base_url, "served_model": served_model})
+        engine = sampler.engine.model_copy(update={"base_url": base_url, "served_model": served_model})
+        return sampler.model_copy(update={"serve": None, "engine": engine})
 
     return _rewrite(params, change)
 
 
 @contextlib.contextmanager
 def policy_server(params: M, model: str | Path, run_dir: Path) -> Iterator[M]:
-    """Run the server ``params``' samplers ask for (on ``serve.model``, else ``model``) for the ``with`` block;
+    """Run the server ``params``' samplers ask for (on ``model``, the run's starting policy) for the ``with`` block;
     yield ``params`` pointing at it. Without a ``serve`` anywhere: yield ``params`` as they are, start nothing."""
     config = serve_config(params)
     if config is None:
@@ -101,7 +102,7 @@ def policy_server(params: M, model: str | Path, run_dir: Path) -> Iterator[M]:
     from swerl.inference.vllm_server import serve_vllm
 
     run_dir = Path(run_dir)
-    start = config.model or str(model)
+    start = str(model)
     import torch
 
     gpu = torch.cuda.is_available()

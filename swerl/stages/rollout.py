@@ -13,43 +13,48 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from swerl.agent.trajectory import Trajectory
 from swerl.data.task import Task
 from swerl.envs.docker_hosts import on_agents_pool
 from swerl.envs.factory import environment_kind
 from swerl.eval.report import EvalReport, build_report
-from swerl.inference.base import SamplingConfig
-from swerl.inference.config import EngineConfig, HFEngineConfig, OpenAIEngineConfig, ScriptedEngineConfig, VLLMEngineConfig
-from swerl.rollout.runner import RolloutConfig, RolloutSummary
+from swerl.inference.config import (EngineConfig, HFEngineConfig, HFEngineSettings, OpenAIEngineConfig, ScriptedEngineConfig,
+                                    VLLMEngineConfig, VLLMEngineSettings)
+from swerl.envs.docker_config import RunIdSettings
+from swerl.rollout.runner import PolicyVersionSettings, RolloutConfig, RolloutSettings, RolloutSummary, StalenessSettings
 from swerl.rollout.sampler import SamplerConfig
 from swerl.rollout.store import TrajectoryStore
 from swerl.stages.errors import InfraFailureRate, StageInputError
-from swerl.stages.images import ImagesStage, build_outcomes, image_config, load_task_file
-from swerl.util.paths import LOG_DIR
+from swerl.stages.images import ImagesStage, TaskStageSettings, build_outcomes, image_config, load_task_file
 
 
-class RolloutStage(BaseModel):
+class RolloutStage(TaskStageSettings, RolloutSettings, PolicyVersionSettings, RunIdSettings, StalenessSettings):
     """One rollout: which tasks, which policy, how many samples, where to; how it samples is ``sampler``."""
 
     model_config = ConfigDict(extra="forbid")
 
-    tasks: Path = Field(description="Task file (.jsonl, .json, .parquet or a saved dataset folder).")
-    repos: Path | None = Field(None, description="Mirror folder holding repositories as `<owner>__<name>`.")
-    ca_certs: list[Path] | None = Field(None, description="Extra CA certificates (PEM) for image builds.")
     model: str = Field(description="Policy: a model folder, a hub name, or (engine openai) the served model name.")
     tokenizer: str | None = Field(None, description="Tokenizer folder or name (default: model).")
-    samples: int = Field(1, ge=1, le=1024, description="Trajectories per task (G; for evaluation, the runs k).")
     out: Path = Field(description="Run folder: trajectories/*.parquet, summary.json; a rerun resumes it.")
-    seed: int | None = Field(0, description="Base sampling seed; None: unseeded.")
-    grade: bool = Field(True, description="Grade every trajectory in a fresh sandbox.")
-    policy_version: str = Field("0", description="Recorded on every trajectory; training refuses other versions.")
-    log_dir: Path = Field(LOG_DIR, description="Build and grading logs.")
-    skip_invalid: bool = Field(False, description="Load the valid task records and skip the invalid ones.")
-    run_id: str | None = Field(None, description="Labels this run's containers (reaping, cancellation); default: random.")
     instance_ids: list[str] | None = Field(None, description="Only these tasks of the file (a chunk); None: all.")
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="Engine, agent, sampling and sandboxes.")
+    follow: Path | None = Field(None, description="An asynchronous pipeline's policy feed (RUN_DIR/policies.jsonl): the "
+                                "checkpoints announced while this rollout samples are loaded into its engine as they land "
+                                "(swerl.rollout.policy_feed). None: one policy throughout.")
+
+    @property
+    def version(self) -> str:
+        """The policy version recorded on every trajectory: ``policy_version``, else "0"."""
+        return self.policy_version or "0"
+
+    @model_validator(mode="after")
+    def _followed_policy_has_weights(self) -> RolloutStage:
+        if self.follow is not None and self.sampler.engine.kind == "scripted":
+            raise ValueError("follow loads newer checkpoints into the engine; a scripted policy has no weights: "
+                             "give follow only with engine hf, vllm or openai")
+        return self
 
 
 class RolloutResult(BaseModel):
@@ -82,7 +87,6 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
     from swerl.inference.base import EngineError
     from swerl.inference.factory import load_tokenizer, make_engine
     from swerl.inference.scripted import demonstrations
-    from swerl.rollout.runner import rollout
 
     tasks = stage_tasks(stage)
     sampler = stage.sampler
@@ -99,15 +103,16 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
         done = TrajectoryStore(store_dir).done()
         on_start(sum(1 for t in tasks for i in range(stage.samples) if (t.instance_id, i) not in done))
     try:
-        engine = make_engine(engine_cfg, sampling=stage_sampling(stage), policy_version=stage.policy_version, tokenizer=tok,
+        # each request carries its own cap (agent.max_new_tokens) and seed (from the stage's seed)
+        engine = make_engine(engine_cfg, sampling=sampler.sampling, policy_version=stage.version, tokenizer=tok,
                              scripts=scripts)
     except EngineError as e:
         raise StageInputError(str(e)) from e
     config = rollout_config(stage)
     try:
         if reloads_checkpoint(stage):  # one server for every stage: it must sample from this stage's policy
-            engine.ensure_policy(stage.model, stage.policy_version)  # EngineError fails the stage: no stale sampling
-        summary = rollout(tasks, images, engine, chat, config, store_dir, on_done=on_done)
+            engine.ensure_policy(stage.model, stage.version)  # EngineError fails the stage: no stale sampling
+        summary = _sample(stage, tasks, images, engine, chat, config, store_dir, on_done)
     finally:
         engine.close()
     stage.out.mkdir(parents=True, exist_ok=True)
@@ -116,64 +121,72 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
     return RolloutResult(summary=summary, store=store_dir, tasks=[t.instance_id for t in tasks])
 
 
+def _sample(stage: RolloutStage, tasks, images, engine, chat, config: RolloutConfig, store_dir: Path,
+            on_done: Callable[[Trajectory], None] | None) -> RolloutSummary:
+    """The runner over the stage's pairs; with ``follow``, the newer policies announced meanwhile are loaded as they land."""
+    from swerl.rollout.policy_feed import FeedFollower
+    from swerl.rollout.runner import rollout
+
+    if stage.follow is None:
+        return rollout(tasks, images, engine, chat, config, store_dir, on_done=on_done)
+    with FeedFollower(stage.follow, engine) as follower:
+        summary = rollout(tasks, images, engine, chat, config, store_dir, on_done=on_done)
+    return summary.model_copy(update={"policies_loaded": [v for v, _ in follower.record.loaded],
+                                      "reloads_failed": dict(follower.record.failed)})
+
+
 def rollout_config(stage: RolloutStage) -> RolloutConfig:
     """The runner's settings for ``stage``: its sampler, with the stage's grading logs and run label (the stage's own
     config stays as given)."""
     sampler = stage.sampler.model_copy(deep=True)
-    sampler.grading.log_dir = sampler.grading.log_dir or stage.log_dir / "grading"
+    sampler.grading.grading_logs = sampler.grading.grading_logs or stage.log_dir / "grading"
     sampler.grading.sandbox = on_agents_pool(sampler.sandbox, sampler.grading.sandbox)  # a pool grades on its hosts too
     if stage.run_id:
         sampler.sandbox.run_id = stage.run_id
         sampler.grading.sandbox.run_id = stage.run_id
-    return RolloutConfig(samples=stage.samples, seed=stage.seed, grade=stage.grade, model_name=stage.model, sampler=sampler)
+    return RolloutConfig(samples=stage.samples, seed=stage.seed, grade=stage.grade, model_name=stage.model, sampler=sampler,
+                         trains_from=stage.trains_from)
 
 
 def engine_config(stage: RolloutStage) -> EngineConfig:
-    """The engine the stage names, with the stage's fields that belong to it; StageInputError when one is missing or wrong."""
+    """The engine the stage's sampler sets (``sampler.engine``) with the stage's model; StageInputError when one is
+    missing or wrong."""
     try:
         return _engine_config(stage)
     except ValidationError as e:
-        raise StageInputError(f"the stage's {stage.sampler.engine} engine settings are invalid: {e}") from e
+        raise StageInputError(f"the stage's {stage.sampler.engine.kind} engine settings are invalid: {e}") from e
 
 
 def _engine_config(stage: RolloutStage) -> EngineConfig:
-    sampler = stage.sampler
-    max_context = sampler.agent.max_context
-    if sampler.engine == "hf":
-        return HFEngineConfig(model=stage.model, max_context=max_context, torch_threads=sampler.torch_threads)
-    if sampler.engine == "vllm":
-        return VLLMEngineConfig(model=stage.model, max_model_len=max_context)
-    if sampler.engine == "openai":
-        if not sampler.base_url:
-            raise StageInputError("engine openai needs base_url (--base-url), e.g. http://127.0.0.1:8000/v1" + (
-                "; sampler.serve is started by the pipeline flow, which hands its stages the base_url: a stage run alone "
-                "takes a running server's" if sampler.serve else ""))
-        served = sampler.served_model or (served_model_name(sampler.base_url) if reloads_checkpoint(stage) else stage.model)
-        return OpenAIEngineConfig(base_url=sampler.base_url, model=served, max_context=max_context)
-    scripted = ScriptedEngineConfig(demo=sampler.demo, give_up=sampler.demo_give_up)
-    return scripted.model_copy(update={"max_context": max_context}) if max_context else scripted
+    settings = stage.sampler.engine
+    if isinstance(settings, ScriptedEngineConfig):  # no model: its settings are its config
+        return settings
+    values = settings.model_dump(exclude={"kind"})
+    if isinstance(settings, HFEngineSettings):
+        return HFEngineConfig(**values, model=stage.model)
+    if isinstance(settings, VLLMEngineSettings):
+        return VLLMEngineConfig(**values, model=stage.model)
+    if not settings.base_url:
+        raise StageInputError("engine openai needs base_url (engine.base_url, --base-url), e.g. http://127.0.0.1:8000/v1" + (
+            "; sampler.serve is started by the pipeline flow, which hands its stages the base_url: a stage run alone "
+            "takes a running server's" if stage.sampler.serve else ""))
+    served = settings.served_model or (served_model_name(settings.base_url) if reloads_checkpoint(stage) else stage.model)
+    return OpenAIEngineConfig(**{k: v for k, v in values.items() if k != "served_model"}, model=served)
 
 
 def reloads_checkpoint(stage: RolloutStage) -> bool:
     """Engine openai with a checkpoint folder as the stage's model: the server is made to serve it."""
-    return stage.sampler.engine == "openai" and Path(stage.model).is_dir()
+    return stage.sampler.engine.kind == "openai" and Path(stage.model).is_dir()
 
 
 def served_model_name(base_url: str) -> str:
-    """The one model ``base_url`` serves; StageInputError when it serves none or several (set served_model)."""
+    """The one model ``base_url`` serves; StageInputError when it serves none or several (set engine.served_model)."""
     from swerl.inference.openai_engine import served_models
 
     names = served_models(base_url)
     if len(names) != 1:
-        raise StageInputError(f"{base_url} serves {names}: set the sampler's served_model to the policy's name")
+        raise StageInputError(f"{base_url} serves {names}: set the sampler's engine.served_model to the policy's name")
     return names[0]
-
-
-def stage_sampling(stage: RolloutStage) -> SamplingConfig:
-    """How the stage's engine draws tokens: the sampler's settings with the agent's reply cap, seeded by the
-    stage unless the sampler names its own seed."""
-    sampling = stage.sampler.engine_sampling()
-    return sampling if sampling.seed is not None else sampling.model_copy(update={"seed": stage.seed})
 
 
 def _environments(stage: RolloutStage, tasks: list[Task], on_build: Callable[[object], None] | None) -> dict[str, str]:
@@ -181,7 +194,7 @@ def _environments(stage: RolloutStage, tasks: list[Task], on_build: Callable[[ob
     A task left out gets an ``error`` trajectory that says why."""
     if environment_kind(stage.sampler.sandbox) == "image":
         images_cfg = ImagesStage(tasks=stage.tasks, repos=stage.repos, ca_certs=stage.ca_certs,
-                                 concurrency=min(stage.sampler.concurrency, 64), log_dir=stage.log_dir)
+                                 builds=min(stage.sampler.concurrency, 64), log_dir=stage.log_dir)
         outcomes = build_outcomes(tasks, image_config(images_cfg), on_build)
         return {iid: o.image for iid, o in outcomes.items() if o.image and not o.error}
     from swerl.envs.repos import MirrorRepoSource, RepoNotFoundError

@@ -18,6 +18,7 @@ from swerl.rl.rft import RFTConfig
 from swerl.stages.config import changed, part
 from swerl.stages.errors import NothingToTrainError, StageInputError
 from swerl.train.config import LossConfig, TrainerConfig, TrainerSettings
+from swerl.util.settings import SeedSettings
 
 
 # The paper's presets: RFT at 5e-6, cosine, 10 warm-up steps (batch 64 there); DAPO at 1e-6, constant, batch 128.
@@ -39,16 +40,18 @@ class TrainSettings(TrainerSettings):
                                     "epoch runs.")
 
 
-class TrainCommon(BaseModel):
-    """What both objectives share: data, start, destination, and how to train."""
+class TrainCommon(SeedSettings):
+    """What both objectives share: data, start, destination, and how to train; the seed seeds the trainer and the
+    per-epoch shuffle."""
 
     model_config = ConfigDict(extra="forbid")
 
     trajectories: list[Path] = Field(description="Trajectory stores or rollout run folders.")
     model: str = Field(description="Policy to start from: a model folder or hub name.")
     out: Path = Field(description="Run folder: step-N, metrics.jsonl, run.json, final; a rerun resumes it.")
-    seed: int = Field(0, ge=0, le=2**32 - 1, description="Seeds the trainer and the per-epoch shuffle.")
-    policy_version: str | None = Field(None, description="Refuse trajectories sampled by any other policy version.")
+    require_version: str | None = Field(None, max_length=256, description="The policy version the "
+                                        "trajectories must record: any other is refused (with off_policy.max_staleness: "
+                                        "the update's starting version, which staleness counts from). None: any version.")
     iteration: int = Field(0, ge=0, description="The RL iteration, recorded in checkpoints and metrics.")
     train: TrainSettings = Field(default_factory=TrainSettings, description="Backend, optimiser, passes, batch size, checkpoints.")
 
@@ -72,8 +75,10 @@ class OffPolicyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_staleness: int = Field(0, ge=0, le=16, description="Most versions a trajectory (its oldest turn) may be behind the "
-                               "update's start (`policy_version`) to be trained on; the rest are left out and counted "
-                               "(data/stale_dropped). 0: only the start's own data, as the paper (synchronous).")
+                               "update's start (`require_version`) to be trained on; the rest are left out and counted "
+                               "(data/stale_dropped). 0: only the start's own data, as the paper (synchronous). In a "
+                               "pipeline, above 0 also overlaps the stages: iteration k+1 samples while iteration k "
+                               "trains, loading k's checkpoint when it lands (its data is then one version behind).")
 
 
 class DAPOObjective(BaseModel):
@@ -190,7 +195,7 @@ def train_rft(stage: RFTStage, on_start: OnStart | None = None, on_step: OnStep 
     from swerl.rl.rft import select_rft
     from swerl.train import data
 
-    found = _read(stage.trajectories, stage.policy_version, exact=False, found=found)
+    found = _read(stage.trajectories, stage.require_version, exact=False, found=found)
     examples, skipped = select_rft(found, stage.selection())
     reasons = ", ".join(f"{n} {why}" for why, n in sorted(skipped.items(), key=lambda kv: -kv[1]))
     if not examples:
@@ -209,7 +214,7 @@ def train_dapo(stage: DAPOStage, on_start: OnStart | None = None, on_step: OnSte
     from swerl.train import data
 
     bound = stage.off_policy.max_staleness
-    found = _read(stage.trajectories, None if bound else stage.policy_version, exact=True, found=found)
+    found = _read(stage.trajectories, None if bound else stage.require_version, exact=True, found=found)
     split = _within_staleness(stage, found) if bound else None
     found = split.kept if split else found
     try:
@@ -236,7 +241,7 @@ def train_dapo(stage: DAPOStage, on_start: OnStart | None = None, on_step: OnSte
         rows = _with_proximal(stage, rows, split.staleness)
         figures |= {"stale_dropped": float(len(split.dropped)), "staleness_mean": split.mean()}
         if on_data and split.dropped:
-            on_data(f"{len(split.dropped)} trajectory(ies) more than {bound} version(s) behind {stage.policy_version} left out")
+            on_data(f"{len(split.dropped)} trajectory(ies) more than {bound} version(s) behind {stage.require_version} left out")
     return _train(stage, rows, config, dapo_spec(stage), figures, on_start, on_step)
 
 
@@ -244,11 +249,11 @@ def _within_staleness(stage: DAPOStage, found: Sequence[Trajectory]):
     """The trajectories at most ``off_policy.max_staleness`` versions behind the update's start, and the rest."""
     from swerl.rl.staleness import StalenessError, within_bound
 
-    if stage.policy_version is None:
-        raise StageInputError("off_policy.max_staleness needs the update's starting version (policy_version) to measure "
+    if stage.require_version is None:
+        raise StageInputError("off_policy.max_staleness needs the update's starting version (require_version) to measure "
                               "how far behind each trajectory is")
     try:
-        return within_bound(found, stage.policy_version, stage.off_policy.max_staleness)
+        return within_bound(found, stage.require_version, stage.off_policy.max_staleness)
     except StalenessError as e:
         raise StageInputError(str(e)) from e
 

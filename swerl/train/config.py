@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from swerl.util.settings import DeviceSettings, DtypeSettings, SeedSettings
+
 
 class OptimizerConfig(BaseModel):
     """AdamW and its learning-rate schedule. Defaults are the paper's DAPO settings; RFT's are a preset
@@ -56,13 +58,12 @@ class LossConfig(BaseModel):
                           "(decoupled PPO's truncation; see swerl.rl.loss). Synchronous data is weighted 1.")
 
 
-class TorchTrainerConfig(BaseModel):
+class TorchTrainerConfig(DeviceSettings):
     """The torch backend: one process, on the CPU or one GPU."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     backend: Literal["torch"] = Field("torch", description="'torch': one process.")
-    device: str = Field("auto", description="'cpu', 'cuda', 'cuda:N', or 'auto' (the first GPU if any, else CPU).")
 
 
 class DeepSpeedTrainerConfig(BaseModel):
@@ -81,15 +82,15 @@ TrainerBackend = Annotated[Union[TorchTrainerConfig, DeepSpeedTrainerConfig], Fi
 _FLAT_BACKEND = {"torch": ("device",), "deepspeed": ("zero_stage",)}
 
 
-class TrainerSettings(BaseModel):
-    """What a user chooses about the trainer: backend (with its own fields), memory, optimiser."""
+class TrainerSettings(DtypeSettings):
+    """What a user chooses about the trainer: backend (with its own fields), compute dtype ('auto': float32 on CPU,
+    bfloat16 on GPU; float16 is refused, as there is no loss scaling; master weights and optimiser state stay float32),
+    memory, optimiser."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     trainer: TrainerBackend = Field(default_factory=TorchTrainerConfig, description="The backend, tagged by `backend`: "
                                     "`{backend: torch, device: auto}` or `{backend: deepspeed, zero_stage: 3}`.")
-    dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="Compute dtype: 'auto' is float32 on CPU and bfloat16 on GPU. Master weights and optimiser state stay float32.")
     max_tokens_per_microbatch: int = Field(16384, ge=1, description="Padded tokens (sequences x longest) per forward pass; must hold the longest sequence.")
     logprob_chunk_size: int = Field(1024, ge=1, le=1_000_000, description="Positions whose vocabulary logits exist at once in the chunked log-prob head.")
     logprob_compiled: bool = Field(False, description="Run the log-prob head's per-chunk softmax math through torch.compile (fused kernels; compiles on the first step). Same figures as eager to 1e-5; compare speed with bench/bench_train.py --sections 4 before turning it on.")
@@ -126,6 +127,12 @@ class TrainerSettings(BaseModel):
         return data
 
     @model_validator(mode="after")
+    def _no_float16(self) -> TrainerSettings:
+        if self.dtype == "float16":
+            raise ValueError("dtype float16: the trainer has no loss scaling: use bfloat16 or float32")
+        return self
+
+    @model_validator(mode="after")
     def _checkpoint_options(self) -> TrainerSettings:
         if self.checkpoint_keep_attention and not self.gradient_checkpointing:
             raise ValueError("checkpoint_keep_attention chooses what gradient checkpointing keeps; turn gradient_checkpointing "
@@ -138,15 +145,14 @@ class TrainerSettings(BaseModel):
         return self.trainer.backend
 
 
-class TrainerConfig(TrainerSettings):
-    """How the policy is optimised: the user's settings plus what a run derives (objective, step count, seed).
-    Defaults are the paper's DAPO settings (no KL term, no critic)."""
+class TrainerConfig(TrainerSettings, SeedSettings):
+    """How the policy is optimised: the user's settings plus what a run derives (objective, step count, seed: it seeds
+    python, numpy and torch when the trainer starts). Defaults are the paper's DAPO settings (no KL term, no critic)."""
 
     objective: Literal["dapo", "sft"] = Field(
         "dapo", description="'dapo': the clipped policy-gradient loss on advantages; 'sft': minus the mean log-prob of the action tokens (rejection fine-tuning).")
     loss: LossConfig = Field(default_factory=LossConfig, description="Clip range (dapo) and token aggregation (both objectives).")
     total_steps: int | None = Field(None, ge=1, description="Optimiser steps of the whole run; required by the decaying schedules.")
-    seed: int = Field(0, ge=0, le=2**32 - 1, description="Seeds python, numpy and torch when the trainer starts.")
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainerConfig:

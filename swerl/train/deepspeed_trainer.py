@@ -76,14 +76,14 @@ def init_distributed() -> tuple[int, int, int]:
 
 def _load_policy(model_dir: str | Path, ds_config: dict[str, Any], attn_implementation: str | None) -> torch.nn.Module:
     """The model in float32; under ZeRO-3 loaded straight into partitions (zero.Init), never a full copy per process."""
-    from transformers import AutoModelForCausalLM
+    from swerl.util.model_loading import load_causal_lm
     from transformers.integrations import HfDeepSpeedConfig
 
     # transformers reads ZeRO-3 from a process-wide weak reference to this object: keep it alive
     # for the load only, so later from_pretrained calls in this process (an engine) load normally
     zero3 = HfDeepSpeedConfig(ds_config) if ds_config["zero_optimization"]["stage"] == 3 else None
     try:
-        return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation=attn_implementation)
+        return load_causal_lm(model_dir, dtype=torch.float32, attn_implementation=attn_implementation)
     finally:
         del zero3
 

@@ -24,7 +24,7 @@ def proximal_logprobs(model: str | Path, rows: Sequence[Row], out: Path, chunk_s
                       device: str = "cpu") -> dict[str, list[float]]:
     """``{trajectory_id: log-probs}`` of ``rows`` under ``model`` (the layout of ``old_logprobs``: 0 off the action
     tokens), read from ``out/proximal_logprobs.json`` when an earlier attempt wrote them for these rows."""
-    from transformers import AutoModelForCausalLM
+    from swerl.util.model_loading import load_causal_lm
 
     from swerl.rl.logprobs import sequence_action_logprobs
 
@@ -34,7 +34,7 @@ def proximal_logprobs(model: str | Path, rows: Sequence[Row], out: Path, chunk_s
         kept = json.loads(path.read_text(encoding="utf-8"))
         if set(wanted) <= set(kept):
             return {tid: kept[tid] for tid in wanted}
-    policy = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.float32).to(device).eval()
+    policy = load_causal_lm(model, dtype=torch.float32).to(device).eval()
     found: dict[str, list[float]] = {}
     with torch.no_grad():
         for row in rows:

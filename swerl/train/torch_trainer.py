@@ -27,7 +27,7 @@ class TorchTrainer:
     """``Trainer`` in one process; see the module docstring."""
 
     def __init__(self, model_dir: str | Path, config: TrainerConfig | None = None) -> None:
-        from transformers import AutoModelForCausalLM
+        from swerl.util.model_loading import load_causal_lm
 
         self.config = config or TrainerConfig()
         if self.config.backend != "torch":
@@ -38,8 +38,7 @@ class TorchTrainer:
         self.autocast_dtype = None if dtype == torch.float32 else dtype
         ckpt.seed_everything(self.config.seed)
         attention = attention_implementation(self.config.cudnn_attention)
-        self.policy = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32,
-                                                           attn_implementation=attention).to(self.device)
+        self.policy = load_causal_lm(model_dir, dtype=torch.float32, attn_implementation=attention).to(self.device)
         if self.config.checkpoint_keep_attention:  # before compiling: the checkpoint goes inside each compiled layer
             checkpoint_decoder_layers(self.policy)
         elif self.config.gradient_checkpointing:

@@ -57,7 +57,7 @@ class Backend:
             self.config = DockerSandboxConfig(run_id=run_id, output_limit_bytes=2_000, exec_channel=kind == "docker-channel")
             if kind == "docker-hosts":
                 local = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-                self.config = DockerHostsConfig(hosts=[{"url": local, "max_concurrency": 8}], container=self.config)
+                self.config = DockerHostsConfig(hosts=[{"url": local, "max_sandboxes": 8}], container=self.config)
             self.image = request.getfixturevalue("demo_images")[DURATIONS]
             self.missing_image = f"{self.image}-gone"  # a tag that was never built (and cannot be pulled)
 

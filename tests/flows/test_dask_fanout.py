@@ -80,7 +80,7 @@ def test_grade_chunks_run_on_the_dask_cluster_and_merge_in_order(stack, cluster,
     predictions.write_text("".join(json.dumps({"instance_id": i, "model_name_or_path": "gold",
                                                "model_patch": demo_tasks[i].patch}) + "\n" for i in ids))
     params = GradeParams(predictions=predictions, tasks=task_slice, repos=demo.repos_dir, out=tmp_path / "results.jsonl",
-                         chunk_size=1, concurrency=1, dask_address=cluster)
+                         chunk_size=1, grading_sandboxes=1, dask_address=cluster)
     with _settings(stack):
         out = grade(params)
     assert (out.resolved, out.total) == (3, 3)

@@ -140,7 +140,7 @@ def test_a_run_request_with_parameters_completes_on_the_worker(stack, deployed, 
     assert followed.returncode == 0, followed.stdout + followed.stderr
     said = [line[10:] for line in followed.stdout.splitlines() if "Pass@1" in line]
     assert said == [f"evaluate-{Path(str(tiny_model_dir)).name}: Pass@1 {report['pass_at_1']:.1%} (1 run, no SEM) "
-                    "(1 run of 3 tasks); champion not considered (promote is off)"], followed.stdout
+                    "(1 run of 3 tasks); champion not considered (the evaluated model is no registered version)"], followed.stdout
 
 
 def test_swerl_follow_with_no_server_to_follow_says_so_at_once(tmp_path):

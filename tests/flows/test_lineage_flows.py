@@ -32,9 +32,9 @@ def pipeline_run(prefect_api, docker_ready, demo, task_slice, tiny_model_dir, tm
     params = PipelineParams(
         name=NAME, run_root=tmp / "runs", tasks=task_slice, repos=demo.repos_dir, model=str(tiny_model_dir), validate_runs=0,
         seed=3, sampler=SamplerParams(engine="hf", concurrency=3, agent={"max_turns": 2, "max_new_tokens": 16}),
-        rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=3, agent={"max_turns": 20}), samples=1,
+        rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=3, agent={"max_turns": 20}), attempts=1,
                       train=TrainParams(epochs=1, batch_size=3, optimizer={"lr": 1e-3, "warmup_steps": 0, "lr_schedule": "cosine"})),
-        dapo=DAPOParams(iterations=1, samples=2, rewards_file=rewards, reward={"length_penalty": False},
+        dapo=DAPOParams(iterations=1, group_size=2, rewards_file=rewards, reward={"length_penalty": False},
                         train=TrainParams(batch_size=6, optimizer={"lr": 1e-4, "lr_schedule": "constant"})),
         eval=EvalParams(runs=1),
         tracking=TrackingConfig(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment=NAME),
@@ -151,7 +151,7 @@ def nightly(walk, pipeline_run, task_slice, demo, tmp_path_factory):
     from flows.evaluate import evaluate
     from swerl.orchestration.params import EvaluateParams, SamplerParams
 
-    state = evaluate(EvaluateParams(model="champion", tasks=task_slice, repos=demo.repos_dir, runs=1,
+    state = evaluate(EvaluateParams(model="champion", tasks=task_slice, repos=demo.repos_dir, runs=1, promote=False,
                                     out=tmp_path_factory.mktemp("nightly"), tracking=pipeline_run.tracking,
                                     sampler=SamplerParams(engine="hf", concurrency=3, agent={"max_turns": 2, "max_new_tokens": 16})),
                      return_state=True)

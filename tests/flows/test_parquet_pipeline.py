@@ -32,6 +32,7 @@ def parquet_sets(task_slice, tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def pipeline_run(prefect_api, docker_ready, demo, task_slice, parquet_sets, tmp_path_factory):
     from flows.pipeline import pipeline
+    from swerl.inference.config import ScriptedEngineConfig
     from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingConfig,
                                             TrainParams, WarmStartParams)
 
@@ -41,11 +42,11 @@ def pipeline_run(prefect_api, docker_ready, demo, task_slice, parquet_sets, tmp_
         name=NAME, run_root=tmp / "runs", tasks=parquet_sets["train"], eval_tasks=parquet_sets["eval"], repos=demo.repos_dir,
         validate_runs=1, validate_sets=["eval"], seed=5,
         warm_start=WarmStartParams(tasks=parquet_sets["warm"], grade=False,
-                                   sampler=scripted.model_copy(update={"demo": "replace", "demo_give_up": 0.5}),
+                                   sampler=scripted.model_copy(update={"engine": ScriptedEngineConfig(demo="replace", give_up=0.5)}),
                                    train=TrainParams(batch_size=3, optimizer={"lr": 1e-3})),
         sampler=SamplerParams(engine="hf", concurrency=3, agent={"max_turns": 2, "max_new_tokens": 16}),
-        rft=RFTParams(sampler=scripted, samples=1, train=TrainParams(batch_size=3, optimizer={"lr": 1e-3})),
-        dapo=DAPOParams(iterations=1, samples=2, reward={"length_penalty": False},
+        rft=RFTParams(sampler=scripted, attempts=1, train=TrainParams(batch_size=3, optimizer={"lr": 1e-3})),
+        dapo=DAPOParams(iterations=1, group_size=2, reward={"length_penalty": False},
                         train=TrainParams(batch_size=6, optimizer={"lr": 1e-4})),
         eval=EvalParams(runs=1),
         tracking=TrackingConfig(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment=NAME),

@@ -17,19 +17,15 @@ from __future__ import annotations
 
 import json
 import re
-import os
-import signal
-import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.support.killed_pipeline import external_rewards, parts, run_until
+
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 NAME = f"e2e-{uuid.uuid4().hex[:8]}"  # its sandboxes' label: unique, as other work shares the daemon
 STAGES = ["images", "validate", "start-policy", "eval-start", "rft", "eval-rft", "iter-1", "eval-iter-1", "iter-2", "eval-iter-2"]
 CHILD_RUNS = ["eval-start", "rft", "eval-rft", "iter-1", "eval-iter-1", "iter-2", "eval-iter-2"]
@@ -39,23 +35,17 @@ def _params(tmp: Path, tasks: Path, repos: Path):
     from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingConfig,
                                             TrainParams)
 
-    rewards = tmp / "external-rewards.jsonl"
-    ids = [json.loads(line)["instance_id"] for line in tasks.read_text().splitlines()]
-    rewards.write_text("".join(json.dumps({"trajectory_id": f"{i}/{s}", "reward": float(s == 0)}) + "\n" for i in ids for s in (0, 1)))
+    rewards = external_rewards(tmp, tasks)
     return PipelineParams(
         name=NAME, run_root=tmp / "runs", tasks=tasks, repos=repos, validate_runs=1, seed=3,
         sampler=SamplerParams(engine="hf", concurrency=3, agent={"max_turns": 3, "max_new_tokens": 24}),
-        rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=3, agent={"max_turns": 20}), samples=1,
+        rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=3, agent={"max_turns": 20}), attempts=1,
                       train=TrainParams(epochs=1, batch_size=3, optimizer={"lr": 1e-3, "warmup_steps": 0, "lr_schedule": "cosine"})),
-        dapo=DAPOParams(iterations=2, samples=2, rewards_file=rewards, reward={"length_penalty": False},
+        dapo=DAPOParams(iterations=2, group_size=2, rewards_file=rewards, reward={"length_penalty": False},
                         train=TrainParams(batch_size=6, optimizer={"lr": 1e-4, "lr_schedule": "constant"})),
         eval=EvalParams(runs=2),
         tracking=TrackingConfig(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment="e2e"),
     )
-
-
-def _parts(store: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(store.glob("part-*.parquet"))} if store.is_dir() else {}
 
 
 @pytest.fixture(scope="module")
@@ -67,25 +57,16 @@ def e2e(prefect_api, docker_ready, demo, task_slice, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("e2e")
     params = _params(tmp, task_slice, demo.repos_dir)
-    (tmp / "params.json").write_text(params.model_dump_json())
     run_dir = params.run_dir
     store = run_dir / "iter-1" / "rollout" / "trajectories"
-    env = {**os.environ, "PREFECT_API_URL": prefect_api, "PYTHONPATH": str(ROOT)}
-    log = (tmp / "killed.log").open("w")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests/flows/pipeline_proc.py"), str(tmp / "params.json")],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 900
-    while not _parts(store) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert _parts(store), f"the killed run never reached iteration 1's rollouts; see {tmp / 'killed.log'}"
-    killed = {"parts": _parts(store), "ledger": Ledger(run_dir).finished()}
+    log = run_until(tmp, params, prefect_api, lambda: bool(parts(store)), timeout_s=900)
+    assert parts(store), f"the killed run never reached iteration 1's rollouts; see {log}"
+    killed = {"parts": parts(store), "ledger": Ledger(run_dir).finished()}
 
     state = pipeline(params, return_state=True)
     assert state.is_completed(), state
     resumed = {"summary": state.result(), "flow_run_id": str(state.state_details.flow_run_id),
-               "parts": _parts(store), "ledger": json.loads((run_dir / "ledger.json").read_text()),
+               "parts": parts(store), "ledger": json.loads((run_dir / "ledger.json").read_text()),
                "containers": container_label(NAME)}
     again = pipeline(params, return_state=True)
     assert again.is_completed(), again
@@ -123,7 +104,7 @@ def test_the_kill_landed_mid_iteration_and_the_rerun_redid_no_finished_rollout(e
 def test_every_stage_is_recorded_once_and_a_second_rerun_skips_them_all(e2e):
     assert list(e2e["resumed"]["ledger"]) == STAGES
     assert e2e["ledger_after_again"] == e2e["resumed"]["ledger"]
-    assert _parts(e2e["store"]) == e2e["resumed"]["parts"]
+    assert parts(e2e["store"]) == e2e["resumed"]["parts"]
 
 
 def test_no_container_outlives_the_pipeline(e2e):

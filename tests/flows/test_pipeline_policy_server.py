@@ -51,7 +51,7 @@ def test_the_server_stops_when_the_run_fails(tiny_model_dir, tmp_path):
     params = PipelineParams(sampler=SamplerParams(engine="openai", serve={}))
     with pytest.raises(RuntimeError, match="a stage failed"):
         with policy_server(params, tiny_model_dir, tmp_path) as served:
-            url = served.sampler.base_url
+            url = served.sampler.engine.base_url
             assert httpx.get(url + "/models", timeout=30).json()["data"][0]["id"] == "policy"
             raise RuntimeError("a stage failed")
     pid = json.loads((tmp_path / "policy-server.json").read_text())["pid"]

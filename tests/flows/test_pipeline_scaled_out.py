@@ -107,7 +107,7 @@ def test_rft_and_two_dapo_iterations_on_dask_two_docker_hosts_one_reloaded_serve
     from swerl.util.processes import group_members
 
     local = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    pool = DockerHostsConfig(hosts=[{"url": local, "max_concurrency": 2}, {"url": second_host.socket_url, "max_concurrency": 2}],
+    pool = DockerHostsConfig(hosts=[{"url": local, "max_sandboxes": 2}, {"url": second_host.socket_url, "max_sandboxes": 2}],
                              container=DockerSandboxConfig(exec_channel=True))
     ids = [json.loads(line)["instance_id"] for line in task_slice.read_text().splitlines()]
     rewards = tmp_path / "external-rewards.jsonl"
@@ -120,9 +120,9 @@ def test_rft_and_two_dapo_iterations_on_dask_two_docker_hosts_one_reloaded_serve
             validate_runs=0, seed=3,
             sampler=SamplerParams(engine="openai", serve=VLLMServeConfig(host=namespaces[0].host_ip, served_model_name="pi"),
                                   concurrency=2, agent={"max_turns": 2, "max_new_tokens": 16}, **fan_out),
-            rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=2, agent={"max_turns": 20}, **fan_out), samples=1,
+            rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=2, agent={"max_turns": 20}, **fan_out), attempts=1,
                           train=TrainParams(epochs=1, batch_size=3, optimizer={"lr": 1e-3, "warmup_steps": 0})),
-            dapo=DAPOParams(iterations=2, samples=2, rewards_file=rewards, reward={"length_penalty": False},
+            dapo=DAPOParams(iterations=2, group_size=2, rewards_file=rewards, reward={"length_penalty": False},
                             train=TrainParams(batch_size=6, optimizer={"lr": 1e-3, "warmup_steps": 0, "lr_schedule": "constant"})),
             eval=EvalParams(runs=1),
             tracking=TrackingConfig(tracking_uri=services.mlflow_url, experiment=name))

@@ -37,7 +37,7 @@ def small_curriculum(tmp_path_factory, docker_ready):
 def curriculum_images(small_curriculum, build_dir) -> dict[str, str]:
     result, combined = small_curriculum
     tasks = load_tasks(combined).tasks
-    outcomes = ImageBuilder(ImageConfig(repos_dir=result.repos_dir, log_dir=build_dir, max_parallel=2)).build_all(tasks)
+    outcomes = ImageBuilder(ImageConfig(repos=result.repos_dir, build_logs=build_dir, builds=2)).build_all(tasks)
     failed = [o for o in outcomes if not o.ok]
     assert not failed, f"curriculum image builds failed: {[o.error for o in failed]}"
     return {o.instance_id: o.image for o in outcomes}
@@ -46,7 +46,7 @@ def curriculum_images(small_curriculum, build_dir) -> dict[str, str]:
 def test_every_generated_task_is_valid_gold_resolves_and_empty_does_not(small_curriculum, curriculum_images):
     _, combined = small_curriculum
     tasks = load_tasks(combined).tasks
-    report = validate_tasks(tasks, curriculum_images, ValidationConfig(runs=1))
+    report = validate_tasks(tasks, curriculum_images, ValidationConfig(validate_runs=1))
     assert (report.total, report.valid, report.invalid) == (6, 6, 0), [v.reason for v in report.tasks if not v.valid]
     for verdict in report.tasks:
         assert (verdict.gold_resolved, verdict.empty_resolved, verdict.flaky_tests) == ([True], False, [])
@@ -76,7 +76,7 @@ def test_the_replace_demonstrator_with_the_curriculum_prompts_resolves_every_tas
     result, combined = small_curriculum
     prompts = Path(__file__).resolve().parents[2] / "swerl" / "curriculum" / "prompts"
     stage = RolloutStage(tasks=combined, repos=result.repos_dir, model=str(tiny_model_dir), out=tmp_path / "rollout",
-                         log_dir=tmp_path / "logs", sampler=SamplerConfig(engine="scripted", demo="replace", concurrency=2,
+                         log_dir=tmp_path / "logs", sampler=SamplerConfig(engine={"kind": "scripted", "demo": "replace"}, concurrency=2,
                                                                           agent=AgentConfig(prompt_dir=prompts)))
     run_rollout(stage)
     trajectories = stored_trajectories(tmp_path / "rollout" / "trajectories")

@@ -55,8 +55,8 @@ def image(demo_images, host2) -> str:
 
 
 def pool(host2, local_max: int = 2, remote_max: int = 2, **changes) -> DockerHostsConfig:
-    return DockerHostsConfig(hosts=[{"url": LOCAL, "max_concurrency": local_max},
-                                    {"url": host2.url, "max_concurrency": remote_max}],
+    return DockerHostsConfig(hosts=[{"url": LOCAL, "max_sandboxes": local_max},
+                                    {"url": host2.url, "max_sandboxes": remote_max}],
                              container=DockerSandboxConfig(run_id=RUN_ID), **changes)
 
 
@@ -188,11 +188,11 @@ def test_concurrent_starts_never_exceed_a_hosts_bound(host2, image):
 def test_a_demo_task_is_graded_on_the_remote_host(host2, image, demo_tasks, demo_images, tmp_path):
     iid = next(i for i, img in demo_images.items() if img == image)
     task = demo_tasks[iid]
-    only_remote = DockerHostsConfig(hosts=[{"url": host2.url, "max_concurrency": 2}],
+    only_remote = DockerHostsConfig(hosts=[{"url": host2.url, "max_sandboxes": 2}],
                                     container=DockerSandboxConfig(output_limit_bytes=4_000_000, sweep_after_exec=True,
                                                                   run_id=RUN_ID))
     start = time.monotonic()
-    res = grade_prediction(task, task.patch, image, GradingConfig(sandbox=only_remote, log_dir=tmp_path))
+    res = grade_prediction(task, task.patch, image, GradingConfig(sandbox=only_remote, grading_logs=tmp_path))
     print(f"\ngraded {iid} on {host2.url} in {time.monotonic() - start:.1f}s")
     assert (res.resolved, res.failure_class, res.attempts) == (True, None, 1), res.reason
     assert on_host(host2.url) == []
@@ -210,7 +210,7 @@ def test_a_dead_host_fails_only_its_sandboxes_and_the_retry_lands_elsewhere(host
         iid = next(i for i, img in demo_images.items() if img == image)
         task = demo_tasks[iid]
         grading = GradingConfig(sandbox=config.model_copy(update={"container": DockerSandboxConfig(
-            output_limit_bytes=4_000_000, sweep_after_exec=True, run_id=RUN_ID)}), infra_retries=1, log_dir=tmp_path)
+            output_limit_bytes=4_000_000, sweep_after_exec=True, run_id=RUN_ID)}), infra_retries=1, grading_logs=tmp_path)
         res = grade_prediction(task, task.patch, image, grading)
         assert (res.resolved, res.failure_class, res.attempts) == (True, None, 2), res.reason
         with pytest.raises(HostLost, match="stopped answering"):  # infrastructure, never blamed on the command
@@ -234,7 +234,7 @@ def test_a_host_killed_mid_rollout_loses_no_finished_trajectory_and_the_stage_co
     iid = next(i for i, img in demo_images.items() if img == image)
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(ln + "\n" for ln in demo.tasks_file.read_text().splitlines() if f'"{iid}"' in ln))
-    sandbox = DockerHostsConfig(hosts=[{"url": LOCAL, "max_concurrency": 2}, {"url": host2.url, "max_concurrency": 2}],
+    sandbox = DockerHostsConfig(hosts=[{"url": LOCAL, "max_sandboxes": 2}, {"url": host2.url, "max_sandboxes": 2}],
                                 container=DockerSandboxConfig(exec_channel=True), unhealthy_s=600)
     sampler = SamplerConfig(engine="scripted", concurrency=4, agent=AgentConfig(max_turns=20), sandbox=sandbox)
     stage = RolloutStage(tasks=tasks, repos=demo.repos_dir, model=str(tiny_model_dir), out=tmp_path / "eval", samples=4,

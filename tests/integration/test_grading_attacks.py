@@ -28,7 +28,7 @@ def grade(target, run_id, tmp_path):
     task, image, _ = target
 
     def run(patch: str, timeout: float = 120.0):
-        config = GradingConfig(test_timeout_s=timeout, log_dir=tmp_path / "logs")
+        config = GradingConfig(test_timeout_s=timeout, grading_logs=tmp_path / "logs")
         config.sandbox.run_id = run_id
         result = grade_prediction(task, patch, image, config, model_name="attacker")
         assert running_containers(run_id) == []
@@ -180,7 +180,7 @@ def test_a_hook_added_to_library_code_that_a_conftest_star_imports_is_refused(ca
     # defines a pass-forcing hook, registered by the task's own conftest
     patch = git_patch(repo, task.base_commit, {f"{pkg}/testing/__init__.py": "", f"{pkg}/testing/plugin.py": FORCE_PASS},
                       tmp_path)
-    config = GradingConfig(log_dir=tmp_path / "logs", canaries=canaries)
+    config = GradingConfig(grading_logs=tmp_path / "logs", canaries=canaries)
     config.sandbox.run_id = run_id
     res = grade_prediction(starred, patch, image, config, model_name="attacker")
     assert (res.resolved, res.failure_class, res.dropped_files) == (False, FailureClass.TAMPERED, {}), res.reason
@@ -197,7 +197,7 @@ def test_a_fix_to_library_code_that_a_conftest_star_imports_still_resolves(targe
     helper = "import pytest\n\n\n@pytest.fixture\ndef sample_rows():\n    return [['a', 'b']]\n"
     patch = task.patch + git_patch(repo, task.base_commit, {f"{pkg}/testing/__init__.py": "",
                                                               f"{pkg}/testing/plugin.py": helper}, tmp_path)
-    config = GradingConfig(log_dir=tmp_path / "logs")
+    config = GradingConfig(grading_logs=tmp_path / "logs")
     config.sandbox.run_id = run_id
     res = grade_prediction(starred, patch, image, config, model_name="gold+fixture")
     assert (res.resolved, res.failure_class, res.dropped_files) == (True, None, {}), res.reason

@@ -18,7 +18,7 @@ def test_demo_tasks_share_one_environment_image(demo_tasks, demo_images):
 
 
 def test_rebuilding_is_a_cache_hit(demo, demo_tasks, demo_images, build_dir):
-    outcomes = ImageBuilder(ImageConfig(repos_dir=demo.repos_dir, log_dir=build_dir)).build_all(list(demo_tasks.values()))
+    outcomes = ImageBuilder(ImageConfig(repos=demo.repos_dir, build_logs=build_dir)).build_all(list(demo_tasks.values()))
     assert [o.cached for o in outcomes] == [True] * len(demo_tasks)
     assert {o.instance_id: o.image for o in outcomes} == demo_images
 
@@ -37,7 +37,7 @@ def test_extra_ca_certificates_go_into_the_environment(demo, demo_tasks, build_d
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "k.pem"),
                     "-out", str(pem), "-days", "2", "-subj", "/CN=swerl test CA"], check=True, capture_output=True)
     task = next(iter(demo_tasks.values()))
-    builder = ImageBuilder(ImageConfig(repos_dir=demo.repos_dir, log_dir=build_dir, extra_ca_certs=[HOST_CA_BUNDLE, pem]))
+    builder = ImageBuilder(ImageConfig(repos=demo.repos_dir, build_logs=build_dir, ca_certs=[HOST_CA_BUNDLE, pem]))
     spec = env_spec(task, builder._ca)
     assert spec.tag != env_spec(task, ImageBuilder(ImageConfig())._ca).tag
     builder._ensure_env(spec)
@@ -47,7 +47,7 @@ def test_extra_ca_certificates_go_into_the_environment(demo, demo_tasks, build_d
 
 def test_a_missing_ca_file_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="extra CA certificate .*nope.pem does not exist"):
-        ImageBuilder(ImageConfig(extra_ca_certs=[tmp_path / "nope.pem"]))
+        ImageBuilder(ImageConfig(ca_certs=[tmp_path / "nope.pem"]))
 
 
 def test_failed_builds_are_reported_with_their_log_and_do_not_stop_the_others(demo, demo_tasks, build_dir):
@@ -57,7 +57,7 @@ def test_failed_builds_are_reported_with_their_log_and_do_not_stop_the_others(de
         "install_config": good.install_config.model_copy(update={"install": "echo installing widgets && exit 3"}),
     })
     missing = good.model_copy(update={"instance_id": "swerl-demo__missing-1", "repo": "swerl-demo/not-there"})
-    outcomes = {o.instance_id: o for o in ImageBuilder(ImageConfig(repos_dir=demo.repos_dir, log_dir=build_dir)).build_all([broken, good, missing])}
+    outcomes = {o.instance_id: o for o in ImageBuilder(ImageConfig(repos=demo.repos_dir, build_logs=build_dir)).build_all([broken, good, missing])}
     assert outcomes[good.instance_id].ok
     err = outcomes[broken.instance_id].error
     assert "returned a non-zero code: 3" in err and "installing widgets" in err and "--- last lines ---" in err

@@ -36,7 +36,7 @@ def store(tiny_model_dir, tok, tmp_path_factory):
 
 
 def stage(store, model, out, max_staleness: int) -> DAPOStage:
-    return DAPOStage(trajectories=[store], model=str(model), out=out, policy_version=START, iteration=2,
+    return DAPOStage(trajectories=[store], model=str(model), out=out, require_version=START, iteration=2,
                      off_policy=OffPolicyConfig(max_staleness=max_staleness), reward={"length_penalty": False},
                      train={"epochs": 1, "batch_size": 4, "optimizer": {"lr": 1e-3, "warmup_steps": 0},
                             "trainer": {"backend": "torch", "device": "cpu"}, "max_tokens_per_microbatch": 512})

@@ -111,7 +111,7 @@ def test_swerl_agrees_with_swebench_s_harness_on_every_legitimate_patch_and_is_s
     run_id = f"swerl-oracle-{uuid.uuid4().hex[:8]}"
     official = swebench_verdicts(records, preds, run_id)
     jobs = [(tasks[iid], patch, tasks[iid].image, name) for iid, name, patch, _ in preds]
-    ours = grade_many(jobs, GradingConfig(log_dir=tmp_path / "swerl"), concurrency=2)
+    ours = grade_many(jobs, GradingConfig(grading_logs=tmp_path / "swerl"), concurrency=2)
 
     table = {(iid, name): (theirs, mine.resolved, mine.failure_class, mine.reason[:300])
              for (iid, name, _, _), theirs, mine in zip(preds, official, ours)}

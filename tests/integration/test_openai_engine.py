@@ -150,7 +150,7 @@ def test_a_rollout_stage_on_the_shared_server_samples_its_own_checkpoint(server,
     for version, ckpt in zip(("1", "2"), checkpoints):  # RFT's checkpoint, then a DAPO iteration's, through one server
         stage = RolloutStage(tasks=demo.tasks_file, repos=demo.repos_dir, model=str(ckpt), tokenizer=str(tiny_model_dir),
                              samples=1, out=tmp_path / f"roll-{version}", grade=False, policy_version=version,
-                             instance_ids=[task], sampler=SamplerConfig(engine="openai", base_url=server, concurrency=1,
+                             instance_ids=[task], sampler=SamplerConfig(engine={"kind": "openai", "base_url": server}, concurrency=1,
                                                                         agent={"max_turns": 2}))
         run_rollout(stage)
         [traj] = stored_trajectories(tmp_path / f"roll-{version}" / "trajectories")

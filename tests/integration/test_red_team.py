@@ -107,7 +107,7 @@ def plain_run_resolves(task, image: str, patch: str, set_up: list[str] = ()) -> 
 
 
 def grade(task, image: str, patch: str, tmp_path, **settings):
-    config = GradingConfig(log_dir=tmp_path, **settings)
+    config = GradingConfig(grading_logs=tmp_path, **settings)
     config.sandbox.run_id = f"red-team-{uuid.uuid4().hex[:8]}"
     return grade_prediction(task, patch, image, config)
 

@@ -33,7 +33,7 @@ DURATIONS = "swerl-demo__durations-1"
 def test_scripted_gold_rollouts_resolve_every_demo_task_and_resume(demo_tasks, demo_images, tok, chat, tmp_path):
     tasks = list(demo_tasks.values())
     engine = ScriptedEngine(tok, {t.instance_id: script_from_patch(t.patch) for t in tasks})
-    config = RolloutConfig(samples=1, sampler=SamplerConfig(concurrency=2, grading=GradingConfig(log_dir=tmp_path / "grading")))
+    config = RolloutConfig(samples=1, sampler=SamplerConfig(concurrency=2, grading=GradingConfig(grading_logs=tmp_path / "grading")))
     seen = []
     summary = rollout(tasks, demo_images, engine, chat, config, tmp_path / "traj", on_done=seen.append)
     assert summary.produced == len(tasks) == 9
@@ -58,7 +58,7 @@ def test_one_failing_pair_and_one_straggler_do_not_stop_the_others(demo_tasks, d
     images = {t.instance_id: demo_images[t.instance_id] for t in tasks[:2]}  # textkit has no image: error
     scripts = {DURATIONS: [cmd("sleep 120")], "swerl-demo__vercmp-1": script_from_patch(tasks[1].patch)}
     config = RolloutConfig(samples=1, sampler=SamplerConfig(concurrency=3, agent=AgentConfig(deadline_s=4, command_timeout_s=120),
-                                                            grading=GradingConfig(log_dir=tmp_path / "g")))
+                                                            grading=GradingConfig(grading_logs=tmp_path / "g")))
     summary = rollout(tasks, images, ScriptedEngine(tok, scripts), chat, config, tmp_path / "traj")
     by_id = {t.instance_id: t for t in TrajectoryStore(tmp_path / "traj").trajectories()}
     assert by_id[DURATIONS].exit_reason is ExitReason.timeout and by_id[DURATIONS].resolved is False
@@ -76,7 +76,7 @@ def test_tiny_model_rollouts_run_to_completion_with_exact_tokens(demo_tasks, dem
     try:
         config = RolloutConfig(samples=2, model_name=str(tiny_model_dir), sampler=SamplerConfig(
             concurrency=4, agent=AgentConfig(max_turns=3, max_new_tokens=32, max_format_errors=3),
-            grading=GradingConfig(log_dir=tmp_path / "g")))
+            grading=GradingConfig(grading_logs=tmp_path / "g")))
         summary = rollout(tasks, demo_images, engine, chat, config, tmp_path / "traj")
     finally:
         engine.close()
@@ -103,7 +103,7 @@ def test_a_policy_that_breaks_its_own_sandbox_scores_zero_and_is_never_dropped_a
     attacks = {"runner": ["ls", "kill -9 $PPID; sleep 5", "submit"], "container": ["ls", "kill -9 -1; kill -9 1; sleep 5", "submit"]}
     for name, script in attacks.items():
         config = RolloutConfig(samples=1, sampler=SamplerConfig(concurrency=1, agent=AgentConfig(max_turns=5, command_timeout_s=20),
-                                                                grading=GradingConfig(log_dir=tmp_path / name / "g")))
+                                                                grading=GradingConfig(grading_logs=tmp_path / name / "g")))
         engine = ScriptedEngine(tok, {DURATIONS: [cmd(c) for c in script]})
         summary = rollout([task], demo_images, engine, chat, config, tmp_path / name / "traj")
         (t,) = TrajectoryStore(tmp_path / name / "traj").trajectories()
@@ -122,7 +122,7 @@ def test_a_patch_already_graded_for_the_task_is_not_graded_again(demo_tasks, dem
     engine = ScriptedEngine(tok, {DURATIONS: script_from_patch(task.patch)})
     for reuse, gradings in ((True, 1), (False, 3)):
         logs = tmp_path / f"grading-{reuse}"
-        config = RolloutConfig(samples=3, reuse_grades=reuse, sampler=SamplerConfig(concurrency=3, grading=GradingConfig(log_dir=logs)))
+        config = RolloutConfig(samples=3, sampler=SamplerConfig(reuse_grades=reuse, concurrency=3, grading=GradingConfig(grading_logs=logs)))
         summary = rollout([task], demo_images, engine, chat, config, tmp_path / f"traj-{reuse}")
         assert (summary.resolved, summary.graded) == (3, 3)
         assert len([p for p in logs.rglob("sample-*") if p.is_dir()]) == gradings  # one grading sandbox per patch
@@ -137,7 +137,7 @@ def test_a_grade_cache_shared_by_two_rollouts_grades_each_patch_once_across_them
 
     def roll(name: str, **grading) -> tuple:
         config = RolloutConfig(samples=2, sampler=SamplerConfig(concurrency=2, grade_cache=kept,
-                                                                grading=GradingConfig(log_dir=tmp_path / name, **grading)))
+                                                                grading=GradingConfig(grading_logs=tmp_path / name, **grading)))
         summary = rollout([task], demo_images, engine, chat, config, tmp_path / name / "traj")
         return summary.resolved, summary.graded, summary.grades_run
 

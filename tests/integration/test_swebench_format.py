@@ -123,7 +123,7 @@ def test_gold_resolves_empty_does_not_and_every_verdict_is_swebenchs(eval_type, 
 
     by_id = {r["instance_id"]: r for r in records[eval_type]}
     jobs = [(t, patch, t.image, kind) for t in tasks[eval_type] for kind, patch in (("gold", t.patch), ("empty", ""))]
-    results = grade_many(jobs, GradingConfig(log_dir=tmp_path, run_tests_without_patch=True), concurrency=2)
+    results = grade_many(jobs, GradingConfig(grading_logs=tmp_path, run_tests_without_patch=True), concurrency=2)
     for (task, patch, _, kind), res in zip(jobs, results):
         assert res.failure_class is None or res.failure_class.value != "infra_error", res.reason
         assert res.resolved is (kind == "gold"), (task.instance_id, kind, res.reason)
@@ -154,7 +154,7 @@ def test_swerl_grade_takes_the_records_as_published_and_uses_their_images(sweben
 
 def test_validation_marks_every_task_valid(tasks):
     loaded = tasks["pass_and_fail"]
-    report = validate_tasks(loaded, {t.instance_id: t.image for t in loaded}, ValidationConfig(runs=1))
+    report = validate_tasks(loaded, {t.instance_id: t.image for t in loaded}, ValidationConfig(validate_runs=1))
     assert (report.total, report.valid, report.invalid) == (len(SUBSET), len(SUBSET), 0), \
         [(v.instance_id, v.reason) for v in report.tasks if not v.valid]
 
@@ -169,7 +169,7 @@ def test_scripted_rollouts_resolve_every_task_in_an_activated_sandbox(tasks, tok
     loaded = tasks["pass_and_fail"]
     probe = "Which Python is this?\n```\npython -c 'import sys; print(sys.prefix)'\n```"
     engine = ScriptedEngine(tok, {t.instance_id: [probe, *script_from_patch(t.patch)] for t in loaded})
-    config = RolloutConfig(samples=1, sampler=SamplerConfig(concurrency=2, grading=GradingConfig(log_dir=tmp_path / "grading")))
+    config = RolloutConfig(samples=1, sampler=SamplerConfig(concurrency=2, grading=GradingConfig(grading_logs=tmp_path / "grading")))
     config.sampler.sandbox.run_id = f"test-{uuid.uuid4().hex[:8]}"
     summary = rollout(loaded, {t.instance_id: t.image for t in loaded}, engine, chat, config, tmp_path / "traj")
     assert summary.exit_reasons == {"submitted": len(loaded)}

@@ -126,7 +126,7 @@ def test_a_missing_test_carries_its_collection_error_in_the_reason_and_the_log(d
                      "+def test_x():\n+    pass\n")
     bad = task.model_copy(update={"test_patch": task.test_patch + broken_module,
                                   "FAIL_TO_PASS": [*task.FAIL_TO_PASS, "tests/test_ghost_import.py::test_x"]})
-    res = grade_prediction(bad, bad.patch, demo_images[task.instance_id], GradingConfig(log_dir=tmp_path))
+    res = grade_prediction(bad, bad.patch, demo_images[task.instance_id], GradingConfig(grading_logs=tmp_path))
     assert (res.resolved, res.failure_class) == (False, FailureClass.TESTS_FAILED)
     assert res.tests["tests/test_ghost_import.py::test_x"].status == "MISSING"
     assert "collection errors: tests/test_ghost_import.py:" in res.reason
@@ -139,7 +139,7 @@ def test_fail_to_pass_naming_a_test_that_does_not_exist_makes_the_task_invalid(d
     task = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[0]
     ghost = task.FAIL_TO_PASS[0].split("::")[0] + "::test_that_does_not_exist"
     bad = task.model_copy(update={"FAIL_TO_PASS": [*task.FAIL_TO_PASS, ghost]})
-    report = validate_tasks([bad], {bad.instance_id: demo_images[task.instance_id]}, ValidationConfig(runs=1))
+    report = validate_tasks([bad], {bad.instance_id: demo_images[task.instance_id]}, ValidationConfig(validate_runs=1))
     (verdict,) = report.tasks
     assert verdict.valid is False
     assert f"tests not found in the log: {ghost}" in verdict.reason
@@ -172,7 +172,7 @@ def test_a_broken_test_patch_is_a_broken_task_never_retried(demo_tasks, demo_ima
 def test_validation_verdicts_are_cached_by_content_and_infra_errors_are_not(demo_tasks, demo_images, tmp_path):
     good, other = sorted(demo_tasks.values(), key=lambda t: t.instance_id)[:2]
     images = {good.instance_id: demo_images[good.instance_id], other.instance_id: "swerl-no-such-image:missing"}
-    config = ValidationConfig(runs=1, cache_dir=tmp_path / "cache")
+    config = ValidationConfig(validate_runs=1, cache_dir=tmp_path / "cache")
     graded: list[str] = []
     first = validate_tasks([good, other], images, config, progress=lambda r: graded.append(r.instance_id))
     assert sorted(graded) == sorted([good.instance_id] * 2 + [other.instance_id] * 2)

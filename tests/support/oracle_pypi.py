@@ -66,7 +66,7 @@ def agree(records: dict, tasks: dict[str, Task], preds: list[tuple], tmp: Path) 
     legitimate variant taken as its gold patch too. The table of verdicts, by (instance_id, name)."""
     official = swebench_verdicts(records, preds, f"swerl-oracle-{uuid.uuid4().hex[:8]}")
     ours = grade_many([(tasks[iid], patch, tasks[iid].image, name) for iid, name, patch, _ in preds],
-                      GradingConfig(log_dir=tmp / "swerl", run_tests_without_patch=True), concurrency=2)
+                      GradingConfig(grading_logs=tmp / "swerl", run_tests_without_patch=True), concurrency=2)
     table = {(iid, name): (theirs, mine.resolved, mine.failure_class, mine.reason[:300])
              for (iid, name, _, _), theirs, mine in zip(preds, official, ours)}
     assert {key: row[0] for key, row in table.items()} == {key: key[1] != "empty" for key in table}, table

@@ -624,7 +624,7 @@ class Published:
 
 
 def publish(out: Path, specs: tuple[TaskSpec, ...] = TASK_SPECS, *, cache_dir: Path | None = None,
-            build_log_dir: Path | None = None, max_parallel: int = 2) -> Published:
+            build_log_dir: Path | None = None, builds: int = 2) -> Published:
     """Mirrors, images, F2P / P2P measured in the images, and ``out/tasks.jsonl`` loaded back through swerl."""
     from swerl.data.loaders import load_tasks
     from swerl.data.task import Task
@@ -638,7 +638,7 @@ def publish(out: Path, specs: tuple[TaskSpec, ...] = TASK_SPECS, *, cache_dir: P
 
     # images from the records as they stand: FAIL_TO_PASS / PASS_TO_PASS do not enter image tags
     drafts = [Task.model_validate({**r, "FAIL_TO_PASS": ["placeholder"]}) for r in records]
-    builder = ImageBuilder(ImageConfig(repos_dir=repos, log_dir=build_log_dir or out / "build-logs", max_parallel=max_parallel))
+    builder = ImageBuilder(ImageConfig(repos=repos, build_logs=build_log_dir or out / "build-logs", builds=builds))
     outcomes = builder.build_all(drafts)
     failed = [f"{o.instance_id}: {o.error} (log {o.log_path})" for o in outcomes if not o.ok]
     if failed:

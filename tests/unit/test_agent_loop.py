@@ -18,6 +18,7 @@ from swerl.envs.factory import make_sandbox
 from swerl.envs.local_sandbox import LocalSandboxConfig, local_sandbox_folders
 from swerl.envs.repos import MirrorRepoSource
 from swerl.envs.sandbox import HostLost
+from swerl.inference.config import ScriptedEngineConfig
 from swerl.inference.scripted import ScriptedEngine, script_from_patch
 from swerl.rollout.runner import RolloutConfig, rollout
 from swerl.rollout.sampler import SamplerConfig
@@ -135,7 +136,8 @@ def test_a_command_timeout_is_an_observation_not_an_exit(run):
 def test_context_exceeded_when_the_next_turn_cannot_fit(run, chat, tok):
     probe, _ = run([cmd("submit")])
     budget = len(probe.prompt_ids) + 40
-    traj, _ = run([cmd("cat durations/__init__.py")] * 5, max_context=budget, max_new_tokens=40, min_turn_tokens=8)
+    engine = ScriptedEngine(tok, {DURATIONS: [cmd("cat durations/__init__.py")] * 5}, ScriptedEngineConfig(max_context=budget))
+    traj, _ = run([], engine=engine, max_new_tokens=40, min_turn_tokens=8)  # the engine's context is the agent's budget
     assert traj.exit_reason is ExitReason.context_exceeded
     assert len(traj.ids) <= budget
     assert_prefix_invariant(traj, chat, tok)

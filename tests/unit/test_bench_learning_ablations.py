@@ -52,6 +52,6 @@ def test_an_ablation_starts_from_the_seeds_rft_policy_and_changes_nothing_else(b
     assert run.model == str((seed_run.run_dir / "rft" / "train" / "final").resolve())
     assert run.warm_start is None and run.rft.enabled is False and run.eval.evaluate_start is False
     assert run.validate_runs == 0 and run.curriculum == seed_run.curriculum
-    assert (run.dapo.iterations, run.dapo.samples, run.dapo.train, run.dapo.reward) == (
-        seed_run.dapo.iterations, seed_run.dapo.samples, seed_run.dapo.train, seed_run.dapo.reward)
+    assert (run.dapo.iterations, run.dapo.group_size, run.dapo.train, run.dapo.reward) == (
+        seed_run.dapo.iterations, seed_run.dapo.group_size, seed_run.dapo.train, seed_run.dapo.reward)
     assert run.sampler == seed_run.sampler and run.eval.runs == seed_run.eval.runs

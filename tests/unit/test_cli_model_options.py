@@ -15,10 +15,11 @@ from swerl.rl.rewards import RewardConfig
 
 # fields one flag cannot carry, or that another option sets (why: swerl/cli/rollout.py)
 NOT_OPTIONS = {
-    "sampler": {"agent", "sampling", "sandbox", "serve", "grading"},  # their own groups; serve is the pipeline's (a stage takes --base-url)
-    "grading": {"log_dir", "run_tests_without_patch", "sandbox", "protected"},  # the stage's --log-dir; validation's; nested
+    "sampler": {"engine", "agent", "sampling", "sandbox", "serve", "grading"},  # their own groups; serve is the pipeline's (a stage takes --base-url)
+    "engine": {"api_key", "engine_args"},  # a secret ($OPENAI_API_KEY, never a flag); a dict (YAML only)
+    "grading": {"grading_logs", "run_tests_without_patch", "sandbox", "protected"},  # the stage's --log-dir; validation's; nested
     "agent": set(),
-    "sampling": {"max_new_tokens", "seed"},  # agent.max_new_tokens and the stage's --seed
+    "sampling": set(),
     "sandbox": {"kind", "run_id"},
 }
 
@@ -46,16 +47,18 @@ def _out_of_bounds(info) -> list[tuple[str, object]]:
 @pytest.mark.parametrize("group", cli_rollout.COMPONENTS, ids=lambda g: g.name)
 def test_every_component_field_is_an_option_with_the_fields_description_as_help(command, group):
     options = _options(command)
-    assert set(group.model.model_fields) - set(group.fields()) == NOT_OPTIONS[group.name]
+    assert set(group.infos()) - set(group.fields()) == NOT_OPTIONS[group.name]
     for name in group.fields():
         option = options[group.flag(name)]
-        assert option.help.startswith(group.model.model_fields[name].description), name
+        assert option.help.startswith(group.infos()[name].description), name
         assert option.rich_help_panel == group.panel
 
 
 def test_the_components_flags_are_the_field_names():
-    assert [SAMPLER.flag(n) for n in ("engine", "base_url", "torch_threads", "concurrency")] == [
-        "--engine", "--base-url", "--torch-threads", "--concurrency"]
+    engine = cli_rollout.ENGINE
+    assert [engine.flag(n) for n in ("kind", "base_url", "served_model", "torch_threads", "demo", "give_up", "seed")] == [
+        "--engine", "--base-url", "--served-model", "--torch-threads", "--demo", "--demo-give-up", "--engine-seed"]
+    assert SAMPLER.flag("concurrency") == "--concurrency"
     assert [cli_rollout.AGENT.flag(n) for n in ("max_turns", "command_timeout_s", "deadline_s")] == [
         "--max-turns", "--command-timeout-s", "--deadline-s"]
     assert cli_rollout.SANDBOX.flag("memory") == "--sandbox-memory"
@@ -66,22 +69,28 @@ def test_the_components_flags_are_the_field_names():
 @pytest.mark.parametrize("group", cli_rollout.COMPONENTS, ids=lambda g: g.name)
 def test_a_value_out_of_bounds_is_refused_naming_the_field_before_docker(group, tmp_path, monkeypatch):
     monkeypatch.setattr(cli_rollout, "docker_ready", lambda: pytest.fail("Docker was asked before the settings were checked"))
-    where = {"sampler": "", "agent": "agent.", "sampling": "sampling.", "sandbox": "sandbox.docker.",
+    where = {"sampler": "", "engine": "engine.", "agent": "agent.", "sampling": "sampling.", "sandbox": "sandbox.docker.",
              "grading": "grading."}[group.name]
     checked = 0
     for name in group.fields():
-        for bound, value in _out_of_bounds(group.model.model_fields[name]):
+        # an engine's field is tried with an engine that has it; the error names that engine
+        kind = (group.takers(name) or ["hf"])[0] if group is cli_rollout.ENGINE else None
+        engine = ["--engine", kind] if kind else []
+        for bound, value in _out_of_bounds(group.infos()[name]):
             result = CliRunner().invoke(app, ["rollout", "--tasks", str(tmp_path / "t.jsonl"), "--model", "m", "--out",
-                                              str(tmp_path / "out"), group.flag(name), str(value)])
+                                              str(tmp_path / "out"), *engine, group.flag(name), str(value)])
             assert result.exit_code == 2, (name, value, result.output)
             said = " ".join(result.output.split())
-            assert said.startswith(f"error: invalid rollout settings: {where}{name}: Input should be "), said
+            assert said.startswith(f"error: invalid rollout settings: {where}{f'{kind}.' if kind else ''}{name}: Input "
+                                   "should be "), said
             checked += 1
-    assert checked >= {"sampler": 3, "agent": 7, "sampling": 5, "sandbox": 3, "grading": 5}[group.name]  # every bounded field was tried
+    # every bounded field was tried
+    assert checked >= {"sampler": 3, "engine": 30, "agent": 7, "sampling": 5, "sandbox": 3, "grading": 5}[group.name]
     assert not (tmp_path / "out").exists()
 
 
-def test_a_value_left_out_keeps_the_models_default_and_stays_unset(tmp_path, monkeypatch):
+def _stage_seen(monkeypatch) -> dict:
+    """The rollout command's stage, caught before it runs (no Docker, no model)."""
     seen = {}
 
     def run(stage, evaluate):
@@ -90,6 +99,11 @@ def test_a_value_left_out_keeps_the_models_default_and_stays_unset(tmp_path, mon
 
     monkeypatch.setattr(cli_rollout, "docker_ready", lambda: None)
     monkeypatch.setattr(cli_rollout, "_run", run)
+    return seen
+
+
+def test_a_value_left_out_keeps_the_models_default_and_stays_unset(tmp_path, monkeypatch):
+    seen = _stage_seen(monkeypatch)
     result = CliRunner().invoke(app, ["rollout", "--tasks", "t.jsonl", "--model", "m", "--out", "o", "--max-turns", "7",
                                       "--no-collect-patch-on-exit", "--sandbox-network", "--stop-token-ids", "3",
                                       "--stop-token-ids", "4", "-j", "2"])
@@ -99,6 +113,21 @@ def test_a_value_left_out_keeps_the_models_default_and_stays_unset(tmp_path, mon
     assert (sampler.agent.max_turns, sampler.agent.deadline_s, sampler.concurrency) == (7, 1800.0, 2)
     assert (sampler.sandbox.network, sampler.sandbox.exec_channel) == (True, True)  # the agent's preset: the exec channel
     assert sampler.sampling.stop_token_ids == (3, 4)
+
+
+def test_the_engine_options_fill_the_settings_of_the_engine_named_and_another_engines_are_refused(tmp_path, monkeypatch):
+    seen = _stage_seen(monkeypatch)
+    base = ["rollout", "--tasks", "t.jsonl", "--model", "m", "--out", "o"]
+    result = CliRunner().invoke(app, [*base, "--engine", "scripted", "--demo", "replace", "--demo-give-up", "0.5"])
+    assert result.exit_code == 0, result.output
+    engine = seen["stage"].sampler.engine
+    assert (engine.kind, engine.demo, engine.give_up) == ("scripted", "replace", 0.5)
+    assert CliRunner().invoke(app, [*base, "--torch-threads", "1"]).exit_code == 0  # no --engine: hf
+    assert seen["stage"].sampler.engine.torch_threads == 1
+    result = CliRunner().invoke(app, [*base, "--engine", "vllm", "--torch-threads", "1"])
+    assert result.exit_code == 2
+    assert " ".join(result.output.split()).startswith("error: invalid rollout settings: engine.vllm.torch_threads: Extra "
+                                                      "inputs are not permitted")
 
 
 # --- any model: a new field is an option at once -------------------------------------------------------

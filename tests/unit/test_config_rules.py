@@ -7,12 +7,13 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from swerl.agent.loop import AgentConfig
+from swerl.inference.base import SamplingConfig
 from swerl.orchestration.params import DAPOParams, PipelineParams, SamplerParams
+from swerl.rollout.sampler import SamplerConfig
 from swerl.rl.rewards import RewardConfig, check_turn_window
 
-REPLY_TOO_LONG = ("max_new_tokens (512) must be below max_context (512): a reply has to fit in the context beside its "
-                  "prompt; lower max_new_tokens or raise max_context")
+REPLY_TOO_LONG = ("agent.max_new_tokens (512) must be below engine.max_context (512): a reply has to fit in the context "
+                  "beside its prompt; lower agent.max_new_tokens or raise engine.max_context")
 T_MAX_TOO_SMALL = ("dapo.reward.t_max (5) is below sampler.agent.max_turns (40): past turn 5 R_length falls below -1 and a "
                    "success scores under 0; set dapo.reward.t_max to 40 (the turn budget) or lower sampler.agent.max_turns")
 L_THR_UNREACHABLE = ("dapo.reward.l_thr (10) is not below sampler.agent.max_turns (4): no run reaches the length penalty, "
@@ -28,30 +29,27 @@ def only_error(e: pytest.ExceptionInfo[ValidationError]) -> tuple[tuple, str]:
 # --- a reply fits in the context -------------------------------------------------------------
 
 
-def test_a_reply_as_long_as_the_context_is_refused():
+def test_a_reply_as_long_as_the_engines_context_is_refused():
     with pytest.raises(ValidationError) as e:
-        AgentConfig(max_context=512, max_new_tokens=512)
+        SamplerConfig(engine={"kind": "scripted", "max_context": 512}, agent={"max_new_tokens": 512})
     assert only_error(e) == ((), f"Value error, {REPLY_TOO_LONG}")
 
 
 def test_a_reply_shorter_than_the_context_or_an_engine_sized_context_is_accepted():
-    assert AgentConfig(max_context=512, max_new_tokens=511).max_new_tokens == 511
-    assert AgentConfig(max_context=None, max_new_tokens=100_000).max_context is None  # the engine's window caps each turn
+    assert SamplerConfig(engine={"max_context": 512}, agent={"max_new_tokens": 511}).agent.max_new_tokens == 511
+    assert SamplerConfig(agent={"max_new_tokens": 100_000}).engine.max_context is None  # the model's window caps each turn
 
 
 def test_the_pipeline_form_refuses_a_reply_longer_than_its_context_and_says_where():
     with pytest.raises(ValidationError) as e:
-        PipelineParams(sampler={"agent": {"max_context": 512, "max_new_tokens": 512}})
-    assert only_error(e) == (("sampler", "agent"), f"Value error, {REPLY_TOO_LONG}")
+        PipelineParams(sampler={"engine": {"max_context": 512}, "agent": {"max_new_tokens": 512}})
+    assert only_error(e) == (("sampler",), f"Value error, {REPLY_TOO_LONG}")
 
 
-def test_the_engine_takes_the_agents_reply_cap_and_a_different_one_is_refused():
-    sampler = SamplerParams(agent={"max_new_tokens": 48})
-    assert sampler.engine_sampling().max_new_tokens == 48
-    with pytest.raises(ValidationError) as e:
+def test_the_reply_cap_is_the_agents_alone():
+    assert "max_new_tokens" not in SamplingConfig.model_fields  # each request carries the agent's cap
+    with pytest.raises(ValidationError, match="max_new_tokens"):
         SamplerParams(agent={"max_new_tokens": 48}, sampling={"max_new_tokens": 64})
-    assert only_error(e) == ((), "Value error, sampling.max_new_tokens (64) differs from agent.max_new_tokens (48): the reply "
-                                 "cap is agent.max_new_tokens; set that and leave sampling.max_new_tokens unset")
 
 
 # --- the turn limit and the reward's turn window ---------------------------------------------------
@@ -103,4 +101,4 @@ def test_the_rollout_command_refuses_a_reply_longer_than_its_context_before_any_
     result = CliRunner().invoke(app, ["rollout", "--tasks", str(tmp_path / "t.jsonl"), "--model", "m", "--out",
                                       str(tmp_path / "out"), "--max-context", "512", "--max-new-tokens", "512"])
     assert result.exit_code == 2
-    assert " ".join(result.output.split()) == f"error: invalid rollout settings: agent: Value error, {REPLY_TOO_LONG}"
+    assert " ".join(result.output.split()) == f"error: invalid rollout settings: SamplerConfig: Value error, {REPLY_TOO_LONG}"

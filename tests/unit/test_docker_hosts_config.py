@@ -13,10 +13,10 @@ ADAPTER = TypeAdapter(SandboxConfig)
 
 
 def test_a_docker_hosts_config_is_chosen_by_its_kind_and_makes_pool_sandboxes():
-    config = ADAPTER.validate_python({"kind": "docker_hosts", "hosts": [{"url": "tcp://10.0.0.2:2375", "max_concurrency": 8}],
+    config = ADAPTER.validate_python({"kind": "docker_hosts", "hosts": [{"url": "tcp://10.0.0.2:2375", "max_sandboxes": 8}],
                                       "container": {"memory": "1g", "run_id": "r1"}})
     assert isinstance(config, DockerHostsConfig)
-    assert (config.hosts[0].max_concurrency, config.container.memory, config.run_id, config.workdir) == (8, "1g", "r1", "/testbed")
+    assert (config.hosts[0].max_sandboxes, config.container.memory, config.run_id, config.workdir) == (8, "1g", "r1", "/testbed")
     config.run_id = "r2"  # stages label sandboxes through the config, whatever its kind
     assert config.container.run_id == "r2"
     assert isinstance(make_sandbox(config, "img:1"), HostSandbox)
@@ -26,7 +26,7 @@ def test_a_docker_hosts_config_is_chosen_by_its_kind_and_makes_pool_sandboxes():
     ([], "at least 1 item"),
     ([{"url": "10.0.0.2:2375"}], "String should match pattern"),
     ([{"url": "tcp://a:1"}, {"url": "tcp://a:1"}], "a Docker host is listed twice"),
-    ([{"url": "tcp://a:1", "max_concurrency": 0}], "greater than or equal to 1"),
+    ([{"url": "tcp://a:1", "max_sandboxes": 0}], "greater than or equal to 1"),
 ])
 def test_a_pool_config_refuses(hosts, error):
     with pytest.raises(ValidationError, match=error):
@@ -34,8 +34,8 @@ def test_a_pool_config_refuses(hosts, error):
 
 
 def test_placement_takes_the_least_loaded_host_relative_to_its_bound():
-    config = DockerHostsConfig(hosts=[{"url": "tcp://place-a:1", "max_concurrency": 1},
-                                      {"url": "tcp://place-b:1", "max_concurrency": 3}], place_timeout_s=0.1)
+    config = DockerHostsConfig(hosts=[{"url": "tcp://place-a:1", "max_sandboxes": 1},
+                                      {"url": "tcp://place-b:1", "max_sandboxes": 3}], place_timeout_s=0.1)
     # 0/1 vs 0/3: the first on a tie; then 1/1 is full; then b alone: 1/3, 2/3
     placed = [place(config) for _ in range(4)]
     assert [h.url for h in placed] == ["tcp://place-a:1"] + ["tcp://place-b:1"] * 3

@@ -26,19 +26,19 @@ def test_a_pipeline_s_test_time_limit_reaches_its_rollouts_and_its_validation(tm
     config = rollout_config(stage)
     assert (config.sampler.grading.test_timeout_s, config.sampler.grading.canaries) == (60, False)
     # the stage's own logs and run label, the user's settings untouched
-    assert (config.sampler.grading.log_dir, config.sampler.grading.sandbox.run_id) == (Path(".swerl/logs/grading"), "pipe-1")
-    assert params.sampler.grading.log_dir is None and params.sampler.grading.sandbox.run_id is None
+    assert (config.sampler.grading.grading_logs, config.sampler.grading.sandbox.run_id) == (Path(".swerl/logs/grading"), "pipe-1")
+    assert params.sampler.grading.grading_logs is None and params.sampler.grading.sandbox.run_id is None
     # validation grades as the rollouts do, the tests run for the empty patch too
     validation = params.sampler.grading.for_run(tmp_path / "validate", "validate-1", run_tests_without_patch=True)
     assert (validation.test_timeout_s, validation.canaries, validation.run_tests_without_patch) == (60, False, True)
-    assert (validation.log_dir, validation.sandbox.run_id) == (tmp_path / "validate", "validate-1")
+    assert (validation.grading_logs, validation.sandbox.run_id) == (tmp_path / "validate", "validate-1")
 
 
 def test_a_grading_log_folder_the_user_set_is_kept(tmp_path):
-    params = PipelineParams.model_validate({"sampler": {"grading": {"log_dir": str(tmp_path / "mine")}}})
+    params = PipelineParams.model_validate({"sampler": {"grading": {"grading_logs": str(tmp_path / "mine")}}})
     stage = rollout_stage(tasks=tmp_path / "t.jsonl", repos=None, model="m", out=tmp_path / "o", samples=1, seed=0,
                           policy_version="0", sampler=params.sampler)
-    assert rollout_config(stage).sampler.grading.log_dir == tmp_path / "mine"
+    assert rollout_config(stage).sampler.grading.grading_logs == tmp_path / "mine"
 
 
 def test_the_grade_flow_s_form_carries_the_grading_settings():

@@ -94,7 +94,7 @@ def test_sandbox_configs_are_one_union_tagged_by_kind_and_docker_without_one():
 
     adapter = TypeAdapter(SandboxConfig)
     assert adapter.validate_python({"memory": "1g"}) == DockerSandboxConfig(memory="1g")
-    assert adapter.validate_python({"kind": "local", "workdir": "repo"}) == LocalSandboxConfig(workdir="repo")
+    assert adapter.validate_python({"kind": "local", "repo_folder": "repo"}) == LocalSandboxConfig(repo_folder="repo")
     flaky = adapter.validate_python({"kind": "flaky", "fail_every": 4, "inner": {"kind": "docker"}})
     assert flaky == FlakySandboxConfig(fail_every=4, inner=DockerSandboxConfig())
     assert [environment_kind(c) for c in (DockerSandboxConfig(), LocalSandboxConfig(), flaky)] == ["image", "repository", "image"]

@@ -154,7 +154,7 @@ def test_pipeline_parameters_have_a_json_schema_for_the_ui_form_and_sane_default
     assert PipelineParams.model_validate_json(p.model_dump_json()) == p
 
 
-@pytest.mark.parametrize("bad", [{"name": "../escape"}, {"name": ""}, {"dapo": {"samples": 1}}, {"eval": {"runs": 0}},
+@pytest.mark.parametrize("bad", [{"name": "../escape"}, {"name": ""}, {"dapo": {"group_size": 1}}, {"eval": {"runs": 0}},
                                  {"sampler": {"engine": "gpt"}}, {"surprise": 1}])
 def test_bad_pipeline_parameters_are_refused(bad):
     with pytest.raises(ValidationError):
@@ -215,11 +215,11 @@ def test_pipeline_run_refuses_bad_parameters_before_starting_anything(tmp_path):
     from swerl.cli import app
 
     bad = tmp_path / "p.yaml"
-    bad.write_text("name: ../escape\ndapo: {samples: 1}\n")
+    bad.write_text("name: ../escape\ndapo: {group_size: 1}\n")
     result = CliRunner().invoke(app, ["pipeline", "run", "--params", str(bad)])
     assert result.exit_code == 2
     text = " ".join(result.output.split())
-    assert "invalid pipeline parameters" in text and "name" in text and "dapo.samples" in text
+    assert "invalid pipeline parameters" in text and "name" in text and "dapo.group_size" in text
     missing = CliRunner().invoke(app, ["pipeline", "run", "--params", str(tmp_path / "nope.json")])
     assert missing.exit_code == 2 and "no such file" in " ".join(missing.output.split())
 
@@ -258,7 +258,7 @@ def test_tracking_tasks_retry_a_failed_call_but_not_a_refused_one():
 
 def test_a_curriculum_replaces_the_task_files_and_feeds_the_warm_start():
     p = PipelineParams(curriculum={"seed": 3, "warmup": 10, "train": 10, "heldout": 10}, warm_start={})
-    assert (p.curriculum.seed, p.warm_start.tasks, p.warm_start.sampler.engine) == (3, None, "scripted")
+    assert (p.curriculum.seed, p.warm_start.tasks, p.warm_start.sampler.engine.kind) == (3, None, "scripted")
     with pytest.raises(ValidationError, match="either curriculum or tasks"):
         PipelineParams(curriculum={}, tasks="t.jsonl")
     with pytest.raises(ValidationError, match="warm_start.tasks is required"):
@@ -283,7 +283,7 @@ def test_the_candidate_learning_recipe_is_the_measured_one():
     """deployments/learning-cap.yaml: the recipe its header's three-seed figures were measured with."""
     p = PipelineParams.model_validate(_deployment("learning-cap.yaml"))
     assert (p.curriculum.heldout, p.validate_sets, p.warm_start.grade, p.warm_start.train.epochs) == (100, ["eval"], False, 20)
-    assert (p.rft.samples, p.rft.train.optimizer.lr, p.eval.runs, p.dapo.iterations, p.dapo.loss.neg_prob_cap) == (1, 5e-4, 2, 2, 0.5)
+    assert (p.rft.attempts, p.rft.train.optimizer.lr, p.eval.runs, p.dapo.iterations, p.dapo.loss.neg_prob_cap) == (1, 5e-4, 2, 2, 0.5)
     assert p.dapo.train.optimizer.lr == 3e-4 and p.dapo.loss.eps_high == 0.3
 
 
@@ -291,6 +291,6 @@ def test_the_learning_run_parameters_are_valid_pipeline_parameters():
     p = PipelineParams.model_validate(_deployment("learning.yaml"))
     assert p.curriculum is not None and p.warm_start is not None and p.warm_start.tasks is None
     assert p.curriculum.bug_kinds == ["string_method", "arithmetic_operator", "comparison_boundary"]
-    assert p.warm_start.sampler.demo_give_up == 0.5
-    assert (p.rft.samples, p.rft.train.epochs, p.eval.runs, p.dapo.iterations, p.dapo.samples) == (2, 1, 4, 2, 4)
-    assert p.sampler.torch_threads == 1
+    assert p.warm_start.sampler.engine.give_up == 0.5
+    assert (p.rft.attempts, p.rft.train.epochs, p.eval.runs, p.dapo.iterations, p.dapo.group_size) == (2, 1, 4, 2, 4)
+    assert p.sampler.engine.torch_threads == 1

@@ -18,8 +18,8 @@ SERVE = VLLMServeConfig(served_model_name="pi")
 def test_serve_is_for_engine_openai_without_a_base_url():
     with pytest.raises(ValidationError, match="needs engine openai \\(not hf\\)"):
         SamplerConfig(engine="hf", serve=SERVE)
-    with pytest.raises(ValidationError, match="give either serve or base_url"):
-        SamplerConfig(engine="openai", serve=SERVE, base_url="http://127.0.0.1:8000/v1")
+    with pytest.raises(ValidationError, match="give either serve or engine.base_url"):
+        SamplerConfig(engine={"kind": "openai", "base_url": "http://127.0.0.1:8000/v1"}, serve=SERVE)
     assert SamplerConfig(engine="openai", serve={"port": 8123}).serve == VLLMServeConfig(port=8123)
 
 
@@ -47,10 +47,11 @@ def test_every_sampler_that_asks_is_pointed_at_the_one_server_and_the_others_are
     assert serve_config(params) == SERVE
     served = pointed_at(params, "http://127.0.0.1:8123/v1", "pi")
     for sampler in (served.sampler, served.rft.sampler):
-        assert (sampler.engine, sampler.serve, sampler.base_url, sampler.served_model) == ("openai", None, "http://127.0.0.1:8123/v1", "pi")
+        engine = sampler.engine
+        assert (engine.kind, sampler.serve, engine.base_url, engine.served_model) == ("openai", None, "http://127.0.0.1:8123/v1", "pi")
         assert isinstance(sampler, SamplerParams)
     assert served.sampler.concurrency == 7
-    assert served.warm_start == params.warm_start and served.warm_start.sampler.base_url is None
+    assert served.warm_start == params.warm_start and served.warm_start.sampler.engine.kind == "scripted"
     assert params.sampler.serve == SERVE  # the given params stay as they were (the run's params.jsonl records them)
     assert serve_config(served) is None
 
@@ -63,7 +64,7 @@ def test_two_different_servers_in_one_pipeline_are_refused():
 
 
 def test_without_serve_nothing_starts_and_the_params_pass_through(tmp_path):
-    params = PipelineParams(sampler=SamplerParams(engine="openai", base_url="http://10.0.0.5:8000/v1"))
+    params = PipelineParams(sampler=SamplerParams(engine={"kind": "openai", "base_url": "http://10.0.0.5:8000/v1"}))
     with policy_server(params, "no-such-model", tmp_path) as seen:
         assert seen is params
     assert list(tmp_path.iterdir()) == []

@@ -53,7 +53,7 @@ def test_repeats_of_a_patch_share_one_grading(task, graded):
 
 
 def test_without_reuse_every_submission_is_graded(task, graded):
-    grades = _Grades(RolloutConfig(reuse_grades=False, model_name="policy-7"), AGENT)
+    grades = _Grades(RolloutConfig(sampler=SamplerConfig(reuse_grades=False), model_name="policy-7"), AGENT)
     _grade_all(grades, task, ["fix", "fix"])
     assert graded == [("fix", "policy-7")] * 2 and len(grades.ran) == 2
 

@@ -74,24 +74,21 @@ def test_out_of_range_settings_are_refused(field, value):
 from swerl.inference.base import EngineError, GenerationRequest, request_limits  # noqa: E402
 
 
-def test_a_reply_gets_the_smallest_of_the_request_cap_the_sampling_cap_and_the_context_left():
+def test_a_reply_gets_the_smaller_of_the_request_cap_and_the_context_left():
     req = GenerationRequest("r", [1] * 90, max_new_tokens=20)
     assert request_limits(req, SamplingConfig(), max_context=1000).max_tokens == 20
-    assert request_limits(req, SamplingConfig(max_new_tokens=8), max_context=1000).max_tokens == 8
-    assert request_limits(req, SamplingConfig(max_new_tokens=8), max_context=95).max_tokens == 5  # 95 - 90
+    assert request_limits(req, SamplingConfig(), max_context=95).max_tokens == 5  # 95 - 90
     with pytest.raises(EngineError, match="prompt of 90 tokens leaves no room in the context of 90"):
         request_limits(req, SamplingConfig(), max_context=90)
 
 
-def test_a_request_without_a_seed_derives_one_from_the_base_seed_and_its_id():
-    def seed(request_id, base, own=None):
-        return request_limits(GenerationRequest(request_id, [1], 4, seed=own), SamplingConfig(seed=base), 64).seed
+def test_a_request_is_seeded_by_its_own_seed_alone():
+    def seed(request_id, own=None):
+        return request_limits(GenerationRequest(request_id, [1], 4, seed=own), SamplingConfig(), 64).seed
 
-    assert seed("a", base=None) is None
-    assert seed("a", base=5, own=11) == 11  # the request's own seed wins
-    assert seed("a", base=5) == seed("a", base=5) != seed("b", base=5)
-    assert seed("a", base=5) != seed("a", base=6)
-    assert 0 <= seed("a", base=-3) < 2**31  # any base seed; derived ones fit every backend
+    assert seed("a") is None  # unseeded
+    assert seed("a", own=11) == 11
+    assert "seed" not in SamplingConfig.model_fields  # the agent seeds every turn from the stage's seed
 
 
 def test_stop_tokens_are_the_requests_then_the_sampling_configs_each_once():

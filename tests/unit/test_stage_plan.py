@@ -26,7 +26,7 @@ def test_the_default_pipeline_evaluates_the_start_then_rft_then_each_dapo_iterat
 
 
 def test_a_warm_start_comes_first_on_the_warm_up_tasks_and_replaces_the_start_s_registration():
-    params = PipelineParams(warm_start={"tasks": Path("warm.jsonl"), "sampler": {"engine": "scripted", "demo_give_up": 0.5}},
+    params = PipelineParams(warm_start={"tasks": Path("warm.jsonl"), "sampler": {"engine": {"kind": "scripted", "give_up": 0.5}}},
                             rft={"enabled": False}, dapo={"iterations": 1})
     plan = stage_plan(params)
     assert [s.name for s in plan] == ["warm-start", "eval-start", "iter-1", "eval-iter-1"]
@@ -39,7 +39,7 @@ def test_a_warm_start_comes_first_on_the_warm_up_tasks_and_replaces_the_start_s_
 
 
 def test_a_warm_start_may_skip_grading_a_noisy_demonstrator_but_never_one_kept_on_its_verdicts():
-    noisy = {"tasks": Path("warm.jsonl"), "sampler": {"engine": "scripted", "demo_give_up": 0.5}, "grade": False}
+    noisy = {"tasks": Path("warm.jsonl"), "sampler": {"engine": {"kind": "scripted", "give_up": 0.5}}, "grade": False}
     warm = stage_plan(PipelineParams(warm_start=noisy))[0].objective
     assert (warm.grade, warm.rft.require_graded, warm.rft.require_resolved) == (False, False, False)
     with pytest.raises(ValidationError, match="grade false needs a noisy demonstrator"):

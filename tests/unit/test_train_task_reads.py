@@ -59,7 +59,7 @@ def test_rft_reads_once_and_returns_the_rollout_figures_and_the_selection(tmp_pa
 
 def test_dapo_reads_once_and_scores_the_rollout_with_the_stage_s_rewards(tmp_path, reads):
     store = _store(tmp_path, [traj("a", 0, resolved=False), traj("a", 1, resolved=False)])
-    stage = DAPOStage(trajectories=[store], model="none", out=tmp_path / "train", policy_version="0",
+    stage = DAPOStage(trajectories=[store], model="none", out=tmp_path / "train", require_version="0",
                       reward=RewardConfig(l_thr=1, t_max=5))
     with disable_run_logger():
         result = train_dapo_task.fn(stage)

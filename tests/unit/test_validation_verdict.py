@@ -52,14 +52,14 @@ def test_infrastructure_errors_are_reported_as_such():
 
 # --- the verdict cache -------------------------------------------------------------------------
 
-def test_the_verdict_key_covers_task_image_runs_and_grading_but_not_log_dir_or_run_id(tmp_path):
+def test_the_verdict_key_covers_task_image_runs_and_grading_but_not_grading_logs_or_run_id(tmp_path):
     from swerl.grading.grader import GradingConfig
     from swerl.grading.validate import ValidationConfig, verdict_key
 
-    base = ValidationConfig(runs=1)
+    base = ValidationConfig(validate_runs=1)
     key = verdict_key(TASK, "img:1", base)
     assert len(key) == 64
-    relabelled = ValidationConfig(runs=1, grading=GradingConfig(run_tests_without_patch=True, log_dir=tmp_path),
+    relabelled = ValidationConfig(validate_runs=1, grading=GradingConfig(run_tests_without_patch=True, grading_logs=tmp_path),
                                   cache_dir=tmp_path)
     relabelled.grading.sandbox.run_id = "validate-elsewhere"
     assert verdict_key(TASK, "img:1", relabelled) == key
@@ -67,8 +67,8 @@ def test_the_verdict_key_covers_task_image_runs_and_grading_but_not_log_dir_or_r
         verdict_key(TASK.model_copy(update={"PASS_TO_PASS": ["t.py::other"]}), "img:1", base),
         verdict_key(TASK.model_copy(update={"patch": "diff"}), "img:1", base),
         verdict_key(TASK, "img:2", base),
-        verdict_key(TASK, "img:1", ValidationConfig(runs=2)),
-        verdict_key(TASK, "img:1", ValidationConfig(runs=1, grading=GradingConfig(run_tests_without_patch=True,
+        verdict_key(TASK, "img:1", ValidationConfig(validate_runs=2)),
+        verdict_key(TASK, "img:1", ValidationConfig(validate_runs=1, grading=GradingConfig(run_tests_without_patch=True,
                                                                                   test_timeout_s=5))),
     ]
     assert len({key, *changed}) == 6

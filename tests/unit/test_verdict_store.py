@@ -24,7 +24,7 @@ def test_the_key_covers_the_task_record_image_patch_and_grading_settings():
 
 
 def test_where_logs_go_and_which_run_labels_the_sandboxes_leave_the_key_alone(tmp_path):
-    relabelled = GradingConfig(log_dir=tmp_path / "logs")
+    relabelled = GradingConfig(grading_logs=tmp_path / "logs")
     relabelled.sandbox.run_id = "run-42"
     assert key(grading=relabelled) == key()
 

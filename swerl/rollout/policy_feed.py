@@ -1,0 +1,125 @@
+"""A rollout that follows the trainer: the checkpoints an asynchronous pipeline makes while a rollout samples are
+loaded into the rollout's engine as they land.
+
+The pipeline announces each new policy on a feed, one JSON line per checkpoint (``announce``), after the checkpoint
+is complete on disk. A rollout started on an older policy follows the feed (``FeedFollower``): a newer entry is
+loaded with the engine's ``load_weights``, which waits for the requests in flight, so every turn is sampled by one
+policy and records it (``Turn.policy_version``); a trajectory that spans a reload is as stale as its oldest turn
+(partial rollouts, ``swerl.rl.staleness``). A reload that fails leaves the engine on its old weights: the rollout
+goes on, its data older than it could be (an off-policy update drops what is beyond its bound), and the failure is
+counted, never silent.
+
+A file, not a queue: a Dask worker on another host reads it from the run folder like the rest of the run's data,
+and a resumed run finds the policies an earlier attempt announced.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from swerl.inference.base import EngineError, InferenceEngine
+from swerl.rl.staleness import StalenessError, version_index
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FeedEntry:
+    """One announced policy: its version and its checkpoint folder."""
+
+    version: str
+    checkpoint: Path
+
+
+def announce(feed: Path, version: str, checkpoint: Path) -> None:
+    """Append ``version`` at ``checkpoint`` to ``feed`` (one whole line, flushed to disk before it is read)."""
+    version_index(version)  # a version with no place in the order could never be compared: refuse it here
+    feed.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({"version": version, "checkpoint": str(checkpoint), "time": time.time()}) + "\n"
+    with feed.open("a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def newest(feed: Path) -> FeedEntry | None:
+    """The newest policy on ``feed`` in the pipeline's order (None: no feed, or nothing announced yet). A line cut
+    short by a crash is skipped."""
+    try:
+        lines = feed.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return None
+    best: FeedEntry | None = None
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            found = FeedEntry(entry["version"], Path(entry["checkpoint"]))
+            if best is None or version_index(found.version) > version_index(best.version):
+                best = found
+        except (ValueError, KeyError, TypeError):
+            continue
+    return best
+
+
+@dataclass
+class FollowRecord:
+    """What a follower did: the policies it loaded (version, seconds the reload took) and the reloads that failed."""
+
+    loaded: list[tuple[str, float]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+
+class FeedFollower:
+    """Loads each newer policy announced on ``feed`` into ``engine`` while a rollout runs (a context manager: a
+    thread polls the feed every ``poll_s`` seconds and stops when the block ends)."""
+
+    def __init__(self, feed: Path, engine: InferenceEngine, poll_s: float = 1.0,
+                 on_load: Callable[[str], None] | None = None) -> None:
+        self.feed, self.engine, self.poll_s, self.on_load = Path(feed), engine, poll_s, on_load
+        self.record = FollowRecord()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="swerl-feed-follower", daemon=True)
+
+    def __enter__(self) -> FeedFollower:
+        self.poll()  # a policy announced before the rollout started is loaded before its first request
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            self.poll()
+
+    def poll(self) -> None:
+        """Load the feed's newest policy if it is newer than the engine's (and did not fail before)."""
+        entry = newest(self.feed)
+        if entry is None or entry.version in {v for v, _ in self.record.failed}:
+            return
+        try:
+            if version_index(entry.version) <= version_index(self.engine.policy_version):
+                return
+        except StalenessError as e:  # an engine serving a policy outside the pipeline's order is not followed
+            self.record.failed.append((entry.version, str(e)))
+            return
+        t0 = time.monotonic()
+        try:
+            self.engine.load_weights(entry.checkpoint, entry.version)
+        except EngineError as e:
+            log.warning("could not load %s from %s: %s; sampling goes on with %s", entry.version, entry.checkpoint, e,
+                        self.engine.policy_version)
+            self.record.failed.append((entry.version, str(e)))
+            return
+        self.record.loaded.append((entry.version, time.monotonic() - t0))
+        log.info("now sampling %s (loaded in %.1f s)", entry.version, self.record.loaded[-1][1])
+        if self.on_load is not None:
+            self.on_load(entry.version)

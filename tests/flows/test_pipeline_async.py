@@ -1,0 +1,134 @@
+"""The asynchronous pipeline (``dapo.off_policy.max_staleness: 1``) end to end, killed inside its overlap.
+
+DAPO iteration 2 samples while iteration 1 trains. The pipeline runs in a process of its own and is killed with
+SIGKILL when both are under way (iteration 2 has stored trajectories, iteration 1 has written a training step but
+is not finished), then rerun in this process to the end. What must hold: iteration 2's stored trajectories are not
+resampled, iteration 1's update does not train a step twice, the ledger says which policy sampled each iteration,
+the trajectories record their staleness, MLflow has the rollout's staleness figures, and no container outlives the
+run. Real Prefect API, MLflow on SQLite, Docker, the tiny model; rewards from an external grader file so every group
+has an advantage (see test_pipeline_flow.py).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.support.killed_pipeline import external_rewards, parts, run_until
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+NAME = f"async-{uuid.uuid4().hex[:8]}"
+
+
+def _params(tmp: Path, tasks: Path, repos: Path):
+    from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingConfig,
+                                            TrainParams)
+
+    rewards = external_rewards(tmp, tasks)
+    return PipelineParams(
+        name=NAME, run_root=tmp / "runs", tasks=tasks, repos=repos, validate_runs=0, seed=3,
+        sampler=SamplerParams(engine="hf", concurrency=2, agent={"max_turns": 3, "max_new_tokens": 24}),
+        rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=3, agent={"max_turns": 20}), attempts=1,
+                      train=TrainParams(epochs=1, batch_size=3, optimizer={"lr": 1e-3, "warmup_steps": 0})),
+        # many small steps: iteration 1's update lasts long enough for the kill to land inside the overlap
+        dapo=DAPOParams(iterations=2, group_size=2, rewards_file=rewards, reward={"length_penalty": False},
+                        off_policy={"max_staleness": 1},
+                        train=TrainParams(epochs=40, batch_size=2, optimizer={"lr": 1e-4, "lr_schedule": "constant"})),
+        eval=EvalParams(runs=1, evaluate_start=False, every_iteration=False),
+        tracking=TrackingConfig(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment="async"),
+    )
+
+
+def _steps(train_dir: Path) -> list[int]:
+    metrics = train_dir / "metrics.jsonl"
+    return [json.loads(line)["step"] for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+
+
+def _in_overlap(run_dir: Path) -> bool:
+    from swerl.orchestration.ledger import Ledger
+
+    return bool(parts(run_dir / "iter-2" / "rollout" / "trajectories")) and bool(_steps(run_dir / "iter-1" / "train")) \
+        and "iter-1" not in Ledger(run_dir).finished()
+
+
+@pytest.fixture(scope="module")
+def killed_then_resumed(prefect_api, docker_ready, demo, task_slice, tmp_path_factory):
+    from flows._hooks import container_label
+    from flows.pipeline import pipeline
+    from swerl.orchestration.ledger import Ledger
+
+    tmp = tmp_path_factory.mktemp("async")
+    params = _params(tmp, task_slice, demo.repos_dir)
+    run_dir = params.run_dir
+    log = run_until(tmp, params, prefect_api, lambda: _in_overlap(run_dir), timeout_s=1200, poll_s=0.2)
+    assert _in_overlap(run_dir), f"the kill did not land inside the overlap; see {log}"
+    store = run_dir / "iter-2" / "rollout" / "trajectories"
+    killed = {"parts": parts(store), "ledger": Ledger(run_dir).finished(), "steps": _steps(run_dir / "iter-1" / "train")}
+    state = pipeline(params, return_state=True)
+    assert state.is_completed(), state
+    return {"params": params, "killed": killed, "summary": state.result(), "parts": parts(store), "store": store,
+            "ledger": json.loads((run_dir / "ledger.json").read_text()), "containers": container_label(NAME),
+            "steps": _steps(run_dir / "iter-1" / "train"), "run_dir": run_dir}
+
+
+def test_the_kill_landed_while_iteration_2_sampled_beside_iteration_1_s_update(killed_then_resumed):
+    killed = killed_then_resumed["killed"]
+    assert "iter-1-rollout" in killed["ledger"] and "iter-1" not in killed["ledger"]
+    assert killed["parts"] and killed["steps"]
+
+
+def test_the_rerun_resampled_no_stored_trajectory_and_trained_no_step_twice(killed_then_resumed):
+    r = killed_then_resumed
+    for name, data in r["killed"]["parts"].items():
+        assert r["parts"][name] == data, f"{name} was rewritten"
+    assert len(r["parts"]) == 6  # 3 tasks x 2 samples, each stored once
+    assert r["steps"] == sorted(set(r["steps"])) and r["steps"][:len(r["killed"]["steps"])] == r["killed"]["steps"]
+
+
+def test_the_ledger_says_which_policy_sampled_each_iteration_and_holds_every_stage_once(killed_then_resumed):
+    ledger = killed_then_resumed["ledger"]
+    assert sorted(ledger) == sorted(["images", "rft", "eval-rft", "iter-1-rollout", "iter-1", "iter-2-rollout", "iter-2",
+                                     "eval-iter-2"])
+    order = list(ledger)  # iteration 2's rollouts may end before or after iteration 1's update: they overlap
+    assert order.index("iter-1-rollout") < order.index("iter-1") < order.index("iter-2") < order.index("eval-iter-2")
+    assert order.index("iter-1-rollout") < order.index("iter-2-rollout") < order.index("iter-2")
+    assert ledger["iter-1"]["result"]["sampled_by"] == {"rft": 6}
+    # sampled first by the RFT policy beside iteration 1's update, finished by dapo-1 after the rerun trained it
+    by = ledger["iter-2"]["result"]["sampled_by"]
+    assert sum(by.values()) == 6 and set(by) <= {"rft", "dapo-1"} and by.get("rft", 0) >= len(killed_then_resumed["killed"]["parts"])
+
+
+def test_each_trajectory_records_its_staleness_and_mlflow_has_the_rollout_s_figures(killed_then_resumed):
+    from mlflow import MlflowClient
+
+    from swerl.rl.staleness import staleness
+    from swerl.rollout.store import TrajectoryStore
+
+    trajectories = TrajectoryStore(killed_then_resumed["store"]).trajectories()
+    assert [t.staleness for t in trajectories] == [staleness(t, "dapo-1") for t in trajectories]
+    assert set(t.staleness for t in trajectories) <= {0, 1} and 1 in {t.staleness for t in trajectories}
+    params = killed_then_resumed["params"]
+    client = MlflowClient(params.tracking.tracking_uri)
+    exp = client.get_experiment_by_name("async")
+    run = next(r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("swerl.stage") == "iter-2")
+    metrics = run.data.metrics
+    mean = sum(t.staleness for t in trajectories) / len(trajectories)
+    assert metrics["rollout/staleness_mean"] == pytest.approx(mean) and metrics["rollout/stale_dropped"] == 0.0
+    assert metrics["data/stale_dropped"] == 0.0 and "train/is_weight_mean" in metrics
+
+
+def test_the_new_policy_was_announced_on_the_feed(killed_then_resumed):
+    from swerl.rollout.policy_feed import newest
+
+    entry = newest(killed_then_resumed["run_dir"] / "policies.jsonl")
+    assert entry.version == "dapo-2" and entry.checkpoint == Path(killed_then_resumed["summary"].final_policy.path)
+
+
+def test_no_container_outlives_the_pipeline(killed_then_resumed):
+    from swerl.envs.docker_sandbox import running_containers
+
+    assert running_containers(killed_then_resumed["containers"]) == []

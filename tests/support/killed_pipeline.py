@@ -1,0 +1,48 @@
+"""A pipeline run in a process of its own, killed with SIGKILL when a condition holds; what the kill-and-resume
+tests share."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def external_rewards(tmp: Path, tasks: Path) -> Path:
+    """An external grader's rewards: sample 0 of each task scores 1, sample 1 scores 0 (every group of 2 has an
+    advantage, so each DAPO iteration takes a real step on the tiny model, which solves nothing)."""
+    rewards = tmp / "external-rewards.jsonl"
+    ids = [json.loads(line)["instance_id"] for line in tasks.read_text().splitlines()]
+    rewards.write_text("".join(json.dumps({"trajectory_id": f"{i}/{s}", "reward": float(s == 0)}) + "\n"
+                               for i in ids for s in (0, 1)))
+    return rewards
+
+
+def parts(store: Path) -> dict[str, bytes]:
+    """A trajectory store's Parquet parts, by name."""
+    return {p.name: p.read_bytes() for p in sorted(store.glob("part-*.parquet"))} if store.is_dir() else {}
+
+
+def run_until(tmp: Path, params, prefect_api: str, condition: Callable[[], bool], timeout_s: float,
+              poll_s: float = 0.5) -> Path:
+    """Run ``params``' pipeline in its own process group until ``condition()`` holds (or it ends, or ``timeout_s``
+    passes), then kill the group with SIGKILL; the process's log."""
+    (tmp / "params.json").write_text(params.model_dump_json())
+    env = {**os.environ, "PREFECT_API_URL": prefect_api, "PYTHONPATH": str(ROOT)}
+    log = tmp / "killed.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "tests/flows/pipeline_proc.py"), str(tmp / "params.json")],
+                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while not condition() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(poll_s)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return log
