@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.killed_pipeline import external_rewards, parts, run_until
+from tests.support.killed_pipeline import parts, run_until, tiny_dapo_pipeline
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -25,22 +25,10 @@ NAME = f"async-{uuid.uuid4().hex[:8]}"
 
 
 def _params(tmp: Path, tasks: Path, repos: Path):
-    from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingConfig,
-                                            TrainParams)
-
-    rewards = external_rewards(tmp, tasks)
-    return PipelineParams(
-        name=NAME, run_root=tmp / "runs", tasks=tasks, repos=repos, validate_runs=0, seed=3,
-        sampler=SamplerParams(engine="hf", concurrency=2, agent={"max_turns": 3, "max_new_tokens": 24}),
-        rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=3, agent={"max_turns": 20}), attempts=1,
-                      train=TrainParams(epochs=1, batch_size=3, optimizer={"lr": 1e-3, "warmup_steps": 0})),
-        # many small steps: iteration 1's update lasts long enough for the kill to land inside the overlap
-        dapo=DAPOParams(iterations=2, group_size=2, rewards_file=rewards, reward={"length_penalty": False},
-                        off_policy={"max_staleness": 1},
-                        train=TrainParams(epochs=40, batch_size=2, optimizer={"lr": 1e-4, "lr_schedule": "constant"})),
-        eval=EvalParams(runs=1, evaluate_start=False, every_iteration=False),
-        tracking=TrackingConfig(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment="async"),
-    )
+    # many small steps: iteration 1's update lasts long enough for the kill to land inside the overlap
+    return tiny_dapo_pipeline(NAME, tmp, tasks, repos, "async", validate_runs=0, sampler={"concurrency": 2},
+                              dapo={"off_policy": {"max_staleness": 1}, "train": {"epochs": 40, "batch_size": 2}},
+                              eval={"runs": 1, "evaluate_start": False, "every_iteration": False})
 
 
 def _steps(train_dir: Path) -> list[int]:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.killed_pipeline import external_rewards, parts, run_until
+from tests.support.killed_pipeline import parts, run_until, tiny_dapo_pipeline
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -32,20 +32,9 @@ CHILD_RUNS = ["eval-start", "rft", "eval-rft", "iter-1", "eval-iter-1", "iter-2"
 
 
 def _params(tmp: Path, tasks: Path, repos: Path):
-    from swerl.orchestration.params import (DAPOParams, EvalParams, PipelineParams, RFTParams, SamplerParams, TrackingConfig,
-                                            TrainParams)
-
-    rewards = external_rewards(tmp, tasks)
-    return PipelineParams(
-        name=NAME, run_root=tmp / "runs", tasks=tasks, repos=repos, validate_runs=1, seed=3,
-        sampler=SamplerParams(engine="hf", concurrency=3, agent={"max_turns": 3, "max_new_tokens": 24}),
-        rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=3, agent={"max_turns": 20}), attempts=1,
-                      train=TrainParams(epochs=1, batch_size=3, optimizer={"lr": 1e-3, "warmup_steps": 0, "lr_schedule": "cosine"})),
-        dapo=DAPOParams(iterations=2, group_size=2, rewards_file=rewards, reward={"length_penalty": False},
-                        train=TrainParams(batch_size=6, optimizer={"lr": 1e-4, "lr_schedule": "constant"})),
-        eval=EvalParams(runs=2),
-        tracking=TrackingConfig(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}", experiment="e2e"),
-    )
+    return tiny_dapo_pipeline(NAME, tmp, tasks, repos, "e2e", validate_runs=1,
+                              rft={"train": {"optimizer": {"lr_schedule": "cosine"}}}, dapo={"train": {"batch_size": 6}},
+                              eval={"runs": 2})
 
 
 @pytest.fixture(scope="module")

@@ -46,3 +46,27 @@ def run_until(tmp: Path, params, prefect_api: str, condition: Callable[[], bool]
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     return log
+
+
+def _merged(base: dict, changes: dict) -> dict:
+    out = dict(base)
+    for key, value in changes.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def tiny_dapo_pipeline(name: str, tmp: Path, tasks: Path, repos: Path, experiment: str, **changes):
+    """A pipeline of the tiny model on ``tasks``: RFT on scripted demonstrations, then 2 DAPO iterations with
+    ``external_rewards``, MLflow on SQLite in ``tmp``; ``changes`` merged into its settings (nested dicts too)."""
+    from swerl.orchestration.params import PipelineParams
+
+    base = {
+        "name": name, "run_root": str(tmp / "runs"), "tasks": str(tasks), "repos": str(repos), "seed": 3,
+        "sampler": {"engine": "hf", "concurrency": 3, "agent": {"max_turns": 3, "max_new_tokens": 24}},
+        "rft": {"sampler": {"engine": "scripted", "concurrency": 3, "agent": {"max_turns": 20}}, "attempts": 1,
+                "train": {"epochs": 1, "batch_size": 3, "optimizer": {"lr": 1e-3, "warmup_steps": 0}}},
+        "dapo": {"iterations": 2, "group_size": 2, "rewards_file": str(external_rewards(tmp, tasks)),
+                 "reward": {"length_penalty": False}, "train": {"optimizer": {"lr": 1e-4, "lr_schedule": "constant"}}},
+        "tracking": {"tracking_uri": f"sqlite:///{tmp / 'mlflow.db'}", "experiment": experiment},
+    }
+    return PipelineParams.model_validate(_merged(base, changes))
