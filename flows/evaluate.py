@@ -68,7 +68,7 @@ def evaluate_stage(params: EvaluateParams = EvaluateParams(), parent_run_id: str
 
     stage_cfg = rollout_stage(tasks=tasks, repos=repos, model=policy.path, out=folder, samples=params.runs, seed=params.seed,
                               policy_version=policy_version or policy.policy_version, sampler=params.sampler,
-                              container_label=container_label)
+                              images=params.images, container_label=container_label)
     record = evaluate_task.with_options(timeout_seconds=params.sampler.chunk_timeout_s)(stage_cfg)
     report = record.report
     metrics = eval_metrics(report)

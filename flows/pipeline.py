@@ -38,6 +38,7 @@ from swerl.orchestration.results import (EvalResult, ImageSet, ImagesOutcome, Pi
 from swerl.orchestration.summary import (Behaviour, StageFacts, eval_facts, images_facts, pass_table, per_task_outcomes,
                                          rise_lines, sampler_words, stage_line, summary_lines, summary_markdown, train_facts,
                                          validation_facts, where_to_look)
+from swerl.envs.images import ImageSettings
 from swerl.grading.validate import ValidationSettings
 from swerl.stages.config import part
 from swerl.rollout.policy_feed import announce
@@ -260,6 +261,13 @@ class PipelineRun:
             sets["warm"] = self.inputs.warm_tasks
         return sets
 
+    @property
+    def rollout_images(self) -> ImageSettings:
+        """The image settings of every rollout the pipeline runs: the images stage's (the same CA certificates and
+        base images, hence the same tags: a rollout finds the images that stage built), without ``force`` (that stage
+        rebuilt them already; a rollout would rebuild them at each chunk)."""
+        return self.params.images.model_copy(update={"force": False})
+
     def build_images(self) -> ImagesOutcome:
         contexts = {"train": "training", "eval": "evaluation", "warm": "warm-up"}
         out = {}
@@ -325,8 +333,8 @@ class PipelineRun:
             result = train_iteration.with_options(name=s.flow, flow_run_name=s.name)(
                 s.objective, tasks=sets.warm_tasks if s.task_set == "warm" else sets.tasks, model=start.path,
                 out=self.run_dir / s.name, repos=sets.repos, policy_version=start.policy_version, sampler=self.params.sampler,
-                seed=self.params.seed, tracking=self.params.tracking, parent_run_id=self.parent.run_id, step=s.step,
-                container_label=self.label, sampled=sampled)
+                images=self.rollout_images, seed=self.params.seed, tracking=self.params.tracking,
+                parent_run_id=self.parent.run_id, step=s.step, container_label=self.label, sampled=sampled)
         except BaseException:
             self.settle_ahead()
             raise
@@ -353,9 +361,9 @@ class PipelineRun:
         name = f"{s.name}-rollout"
         return self.stage(name, SampledIteration, lambda: sample_iteration.with_options(flow_run_name=name)(
             s.objective, tasks=sets.tasks, model=policy.path, out=self.run_dir / s.name, repos=sets.repos,
-            policy_version=policy.policy_version, sampler=self.params.sampler, seed=self.params.seed,
-            tracking=self.params.tracking, parent_run_id=self.parent.run_id, container_label=self.label,
-            follow=self.feed, trains_from=trains_from))
+            policy_version=policy.policy_version, sampler=self.params.sampler, images=self.rollout_images,
+            seed=self.params.seed, tracking=self.params.tracking, parent_run_id=self.parent.run_id,
+            container_label=self.label, follow=self.feed, trains_from=trains_from))
 
     def sample_ahead(self, s: TrainStep, start: PolicyRef, sets: PipelineInputs) -> None:
         """While DAPO iteration k trains, iteration k+1 samples the newest policy there is (k's start), loading k's
@@ -384,7 +392,8 @@ class PipelineRun:
             policy.check_registered(tr.resolve_policy(params.tracking, policy.model_arg()).path, params.tracking.tracking_uri)
         result = evaluate_stage.with_options(flow_run_name=s.name)(
             EvaluateParams(model=policy.model_arg(), tasks=sets.eval_tasks, repos=sets.repos, runs=params.eval.runs, seed=params.seed,
-                           sampler=params.sampler, tracking=params.tracking, promote=params.eval.promote),
+                           sampler=params.sampler, images=self.rollout_images, tracking=params.tracking,
+                           promote=params.eval.promote),
             parent_run_id=self.parent.run_id, stage=s.name, step=s.step, out=self.run_dir / "eval" / s.name,
             container_label=self.label, policy_version=policy.policy_version)
         metrics = prefixed("eval", result.metrics)

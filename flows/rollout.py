@@ -5,6 +5,7 @@ from __future__ import annotations
 from prefect import flow
 
 from flows._hooks import HOOKS
+from swerl.envs.images import ImageSettings
 from swerl.orchestration.fanout import run_tasks
 from swerl.orchestration.inputs import task_inputs
 from swerl.orchestration.params import RolloutParams, SamplerParams
@@ -14,12 +15,13 @@ from tasks.rollout import rollout_chunk
 
 
 def rollout_stage(*, tasks, repos, model: str, out, samples: int, seed: int, policy_version: str, sampler: SamplerParams,
-                  grade: bool = True, container_label: str | None = None, follow=None,
+                  images: ImageSettings | None = None, grade: bool = True, container_label: str | None = None, follow=None,
                   trains_from: str | None = None) -> RolloutStage:
-    """The stage of one rollout: its wiring, and the sampler's settings as they are (engine, agent, sampling, sandboxes)."""
+    """The stage of one rollout: its wiring, and the sampler's settings as they are (engine, agent, sampling, sandboxes);
+    ``images``: how its tasks' images are built or found (a pipeline's: the images its images stage built)."""
     return RolloutStage(tasks=tasks, repos=repos, model=model, samples=samples, out=out, seed=seed, grade=grade,
-                        policy_version=policy_version, run_id=container_label, sampler=sampler.config(), follow=follow,
-                        trains_from=trains_from)
+                        policy_version=policy_version, run_id=container_label, sampler=sampler.config(),
+                        images=images if images is not None else ImageSettings(), follow=follow, trains_from=trains_from)
 
 
 def run_chunks(stage: RolloutStage, chunk_size: int | None, timeout_s: float, *,
@@ -47,7 +49,7 @@ def rollout(params: RolloutParams) -> ChunkedRollout:
     policy = resolve_policy(params.tracking, params.model)
     stage = rollout_stage(tasks=tasks, repos=repos, model=policy.path, out=params.out, samples=params.samples,
                           seed=params.seed, policy_version=params.policy_version or policy.policy_version,
-                          sampler=params.sampler, grade=params.grade)
+                          sampler=params.sampler, images=params.images, grade=params.grade)
     result = run_chunks(stage, params.sampler.chunk_size, params.sampler.chunk_timeout_s,
                         dask_address=params.sampler.dask_address)
     print(f"{result.produced} new trajectories ({result.skipped} already stored) in {result.store}")

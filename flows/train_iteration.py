@@ -11,6 +11,7 @@ from flows._hooks import HOOKS
 from flows.rollout import rollout_stage, run_chunks
 from swerl.orchestration.metrics import prefixed, train_metrics
 from swerl.orchestration.objectives import Objective, RFTIteration
+from swerl.envs.images import ImageSettings
 from swerl.orchestration.params import SamplerParams
 from swerl.tracking.config import TrackingConfig
 from swerl.orchestration.results import PolicyRef, SampledIteration, StageResult
@@ -19,35 +20,39 @@ from tasks.train import train_dapo_task, train_rft_task
 
 
 def _sample(objective: Objective, tasks: Path, model: str, out: Path, repos: Path | None, policy_version: str,
-            sampler: SamplerParams, seed: int, tracking: TrackingConfig, parent_run_id: str | None,
+            sampler: SamplerParams, images: ImageSettings, seed: int, tracking: TrackingConfig, parent_run_id: str | None,
             container_label: str | None, follow: Path | None = None, trains_from: str | None = None) -> SampledIteration:
-    """The iteration's MLflow run and its rollouts of ``model``; ``follow``: the pipeline's policy feed, whose newer
-    checkpoints the rollout loads as they land (``trains_from``: the version its update starts from)."""
+    """The iteration's MLflow run and its rollouts of ``model`` (their images built or found with ``images``);
+    ``follow``: the pipeline's policy feed, whose newer checkpoints the rollout loads as they land (``trains_from``:
+    the version its update starts from)."""
     sampler = objective.sampler_of(sampler)
     objective.check(sampler)  # before any rollout
     run_id = tr.stage_run(tracking, parent_run_id, objective.name, params=objective.run_params(sampler, policy_version))
     sampling = rollout_stage(tasks=tasks, repos=repos, model=model, out=out / "rollout", samples=objective.samples,
                              seed=objective.seed_of(seed), policy_version=policy_version, sampler=sampler,
-                             container_label=container_label, grade=objective.grade, follow=follow, trains_from=trains_from)
+                             images=images, container_label=container_label, grade=objective.grade, follow=follow,
+                             trains_from=trains_from)
     rolled = run_chunks(sampling, sampler.chunk_size, sampler.chunk_timeout_s, dask_address=sampler.dask_address)
     return SampledIteration(run_id=run_id, rolled=rolled, policy_version=policy_version, trains_from=trains_from)
 
 
 @flow(name="sample_iteration", log_prints=True, **HOOKS)
 def sample_iteration(objective: Objective, tasks: Path, model: str, out: Path, repos: Path | None = None,
-                     policy_version: str = "0", sampler: SamplerParams = SamplerParams(), seed: int = 0,
+                     policy_version: str = "0", sampler: SamplerParams = SamplerParams(),
+                     images: ImageSettings = ImageSettings(), seed: int = 0,
                      tracking: TrackingConfig = TrackingConfig(), parent_run_id: str | None = None,
                      container_label: str | None = None, follow: Path | None = None,
                      trains_from: str | None = None) -> SampledIteration:
     """The rollouts of a training iteration alone: an asynchronous pipeline samples iteration k+1 with it while
     iteration k trains, loading each checkpoint announced on ``follow`` as it lands."""
-    return _sample(objective, tasks, model, out, repos, policy_version, sampler, seed, tracking, parent_run_id,
+    return _sample(objective, tasks, model, out, repos, policy_version, sampler, images, seed, tracking, parent_run_id,
                    container_label, follow, trains_from)
 
 
 @flow(name="train_iteration", log_prints=True, **HOOKS)
 def train_iteration(objective: Objective, tasks: Path, model: str, out: Path, repos: Path | None = None,
-                    policy_version: str = "0", sampler: SamplerParams = SamplerParams(), seed: int = 0,
+                    policy_version: str = "0", sampler: SamplerParams = SamplerParams(),
+                    images: ImageSettings = ImageSettings(), seed: int = 0,
                     tracking: TrackingConfig = TrackingConfig(), parent_run_id: str | None = None, step: int = 1,
                     container_label: str | None = None, sampled: SampledIteration | None = None) -> StageResult:
     """Rollouts of ``model`` on ``tasks`` -> the objective's update -> a registered `candidate`.
@@ -57,8 +62,8 @@ def train_iteration(objective: Objective, tasks: Path, model: str, out: Path, re
     iteration's rollouts made already (an asynchronous pipeline's, sampled while the previous iteration trained).
     """
     if sampled is None:
-        sampled = _sample(objective, tasks, model, out, repos, policy_version, sampler, seed, tracking, parent_run_id,
-                          container_label)
+        sampled = _sample(objective, tasks, model, out, repos, policy_version, sampler, images, seed, tracking,
+                          parent_run_id, container_label)
     name, run_id, rolled = objective.name, sampled.run_id, sampled.rolled
     seed = objective.seed_of(seed)
     train_stage = objective.stage_config(rolled.store, model, out / "train", seed, policy_version)

@@ -47,7 +47,9 @@ def _stage(tasks: Path, model: str, samples: int, out: Path, repos: Optional[Pat
     sandbox = {**SANDBOX.defaults(), **components["sandbox"]}
     sampler = validated(SamplerConfig, "rollout", **components["sampler"], engine=components["engine"], agent=components["agent"],
                         sampling=components["sampling"], sandbox=sandbox, grading=components["grading"])
-    stage = validated(RolloutStage, "rollout", tasks=tasks, repos=repos, ca_certs=ca_cert, model=model, samples=samples,
+    # the rollout builds its missing images as many at once as it runs sandboxes (-j)
+    images = {"ca_certs": ca_cert, "builds": min(sampler.concurrency, 64)}
+    stage = validated(RolloutStage, "rollout", tasks=tasks, repos=repos, images=images, model=model, samples=samples,
                       out=out, seed=seed, tokenizer=tokenizer, grade=grade, policy_version=policy_version, log_dir=log_dir,
                       skip_invalid=skip_invalid, sampler=sampler)
     docker_ready()

@@ -210,6 +210,8 @@ class EvaluateParams(SeedSettings, EvalSettings, MirrorSettings, TaskFileSetting
 
     out: Path = Field(Path("runs/evaluations"), description="Each evaluation writes `OUT/<label>-<date>/`.")
     sampler: SamplerParams = Field(default_factory=SamplerParams, description="Engine and limits of the evaluation's rollouts.")
+    images: ImageSettings = Field(default_factory=ImageSettings, description="How the tasks' images are built (or found "
+                                  "by tag): CA certificates, GitHub, builds at once, base images, force.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="Where MLflow records the run; the "
                                      "registry that `champion`/`candidate` name.")
     force_promote: bool = Field(False, description="With `promote`: move `champion` here whatever the Pass@1 (a "
@@ -235,6 +237,8 @@ class RolloutParams(PolicyVersionSettings, RolloutSettings, MirrorSettings, Task
     model: str = Field(description="Model folder, hub name, or a registry alias (`champion`, `alias:NAME`, `version:N`).")
     out: Path = Field(description="Run folder: trajectories/*.parquet and summary.json; a rerun resumes it.")
     sampler: SamplerParams = Field(default_factory=SamplerParams, description="Engine and limits of the rollouts.")
+    images: ImageSettings = Field(default_factory=ImageSettings, description="How the tasks' images are built (or found "
+                                  "by tag): CA certificates, GitHub, builds at once, base images, force.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="The registry that `champion`/`candidate` name.")
 
 

@@ -10,15 +10,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from swerl.data.loaders import SkipInvalidSettings, TaskLoadError, load_tasks
 from swerl.data.task import Task
-from swerl.envs.images import BuildOutcome, CACertSettings, ImageBuilder, ImageConfig, ImageSettings, write_manifest
+from swerl.envs.images import BuildOutcome, ImageBuilder, ImageConfig, ImageSettings, write_manifest
 from swerl.envs.repos import MirrorSettings
 from swerl.stages.errors import StageInputError
 from swerl.util.paths import IMAGES_MANIFEST, LOG_DIR
 
 
-class TaskStageSettings(MirrorSettings, CACertSettings, SkipInvalidSettings):
-    """What a stage that works on a task set is given: the task file, its repositories, the CA certificates of its
-    image builds, where its logs go, and what it does with invalid task records."""
+class TaskStageSettings(MirrorSettings, SkipInvalidSettings):
+    """What a stage that works on a task set is given: the task file, its repositories, where its logs go, and what it
+    does with invalid task records."""
 
     tasks: Path = Field(description="Task file (.jsonl, .json, .parquet or a saved dataset folder).")
     log_dir: Path = Field(LOG_DIR, description="The stage's logs: image builds in LOG_DIR/builds, gradings in "

@@ -19,6 +19,7 @@ from swerl.agent.trajectory import Trajectory
 from swerl.data.task import Task
 from swerl.envs.docker_hosts import on_agents_pool
 from swerl.envs.factory import environment_kind
+from swerl.envs.images import ImageSettings
 from swerl.eval.report import EvalReport, build_report
 from swerl.inference.config import (EngineConfig, HFEngineConfig, HFEngineSettings, OpenAIEngineConfig, ScriptedEngineConfig,
                                     VLLMEngineConfig, VLLMEngineSettings)
@@ -31,7 +32,8 @@ from swerl.stages.images import ImagesStage, TaskStageSettings, build_outcomes, 
 
 
 class RolloutStage(TaskStageSettings, RolloutSettings, PolicyVersionSettings, RunIdSettings, StalenessSettings):
-    """One rollout: which tasks, which policy, how many samples, where to; how it samples is ``sampler``."""
+    """One rollout: which tasks, which policy, how many samples, where to; how it samples is ``sampler``, how it builds
+    (or finds) its tasks' images is ``images``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -40,6 +42,9 @@ class RolloutStage(TaskStageSettings, RolloutSettings, PolicyVersionSettings, Ru
     out: Path = Field(description="Run folder: trajectories/*.parquet, summary.json; a rerun resumes it.")
     instance_ids: list[str] | None = Field(None, description="Only these tasks of the file (a chunk); None: all.")
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="Engine, agent, sampling and sandboxes.")
+    images: ImageSettings = Field(default_factory=ImageSettings, description="How the tasks' images are built (docker "
+                                  "sandboxes): a pipeline's images stage's settings, so that the rollout finds the images "
+                                  "it built (their tags depend on the CA certificates and the base images).")
     follow: Path | None = Field(None, description="An asynchronous pipeline's policy feed (RUN_DIR/policies.jsonl): the "
                                 "checkpoints announced while this rollout samples are loaded into its engine as they land "
                                 "(swerl.rollout.policy_feed). None: one policy throughout.")
@@ -189,13 +194,17 @@ def served_model_name(base_url: str) -> str:
     return names[0]
 
 
+def rollout_images_stage(stage: RolloutStage) -> ImagesStage:
+    """The image build of ``stage``'s tasks: its image settings, its task file, mirror and logs (LOG_DIR/builds)."""
+    settings = {name: getattr(stage.images, name) for name in ImageSettings.model_fields}
+    return ImagesStage(tasks=stage.tasks, repos=stage.repos, log_dir=stage.log_dir, **settings)
+
+
 def _environments(stage: RolloutStage, tasks: list[Task], on_build: Callable[[object], None] | None) -> dict[str, str]:
     """instance_id -> what its sandbox starts from: a built image, or (local sandboxes) the repository mirror.
     A task left out gets an ``error`` trajectory that says why."""
     if environment_kind(stage.sampler.sandbox) == "image":
-        images_cfg = ImagesStage(tasks=stage.tasks, repos=stage.repos, ca_certs=stage.ca_certs,
-                                 builds=min(stage.sampler.concurrency, 64), log_dir=stage.log_dir)
-        outcomes = build_outcomes(tasks, image_config(images_cfg), on_build)
+        outcomes = build_outcomes(tasks, image_config(rollout_images_stage(stage)), on_build)
         return {iid: o.image for iid, o in outcomes.items() if o.image and not o.error}
     from swerl.envs.repos import MirrorRepoSource, RepoNotFoundError
 

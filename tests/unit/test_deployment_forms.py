@@ -51,7 +51,7 @@ def test_the_evaluate_form_holds_no_pipeline_wiring():
     schema = _schema(DEPLOYMENTS["evaluate"]["entrypoint"])
     assert INTERNAL & {name.split(".", 1)[1] for name in _fields(schema)} == set()
     assert sorted(schema["definitions"]["EvaluateParams"]["properties"]) == [
-        "force_promote", "model", "out", "promote", "repos", "runs", "sampler", "seed", "tasks", "tracking"]
+        "force_promote", "images", "model", "out", "promote", "repos", "runs", "sampler", "seed", "tasks", "tracking"]
     # the pipeline's evaluations go through a flow of the same name that takes the wiring
     from flows.evaluate import evaluate, evaluate_stage
 
