@@ -164,7 +164,7 @@ def test_rft_and_two_dapo_iterations_on_dask_two_docker_hosts_one_reloaded_serve
     assert (record["model"], record["served_model"], record["log"]) == (str(tiny_model_dir), "pi", str(run_dir / "policy-server.log"))
     # the run's parameters say which server the stages used; the run folder's params.jsonl keeps what was asked
     asked = json.loads((run_dir / "params.jsonl").read_text().splitlines()[-1])["params"]["sampler"]
-    assert (asked["serve"]["served_model_name"], asked["base_url"]) == ("pi", None)
+    assert (asked["serve"]["served_model_name"], asked["engine"]["kind"], asked["engine"]["base_url"]) == ("pi", "openai", None)
     assert group_members(record["pid"]) == [], "the policy server outlived the pipeline"
     assert refused(record["url"])
     log = (run_dir / "policy-server.log").read_text(errors="replace")
