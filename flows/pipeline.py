@@ -201,8 +201,7 @@ class PipelineRun:
         self.feed = self.run_dir / "policies.jsonl"
         self.ahead: dict[str, Future[SampledIteration]] = {}
         self.plan = ["images"] + (["validate"] if self.validating else []) + [
-            name for s in self.stages for name in ([f"{s.name}-rollout"] if self.overlap and isinstance(s, TrainStep)
-                                                   and s.flow == "dapo_iteration" else []) + [s.name]]
+            name for s in self.stages for name in ([f"{s.name}-rollout"] if self.overlapped(s) else []) + [s.name]]
         self.rows: list[dict[str, Any]] = []
         self.facts: list[StageFacts] = []
         self.table = LiveTable(artifact_key("metrics", params.name),
@@ -327,31 +326,30 @@ class PipelineRun:
 
     def train(self, s: TrainStep, start: PolicyRef, sets: PipelineInputs) -> StageResult:
         sampled = self.sampled(s, start, sets)  # None: the iteration samples itself (synchronous)
-        self.sample_ahead(s, start, sets)
-        try:
-            # one flow for every objective, its subflow runs named as before (`rft` for the warm start too)
-            result = train_iteration.with_options(name=s.flow, flow_run_name=s.name)(
-                s.objective, tasks=sets.warm_tasks if s.task_set == "warm" else sets.tasks, model=start.path,
-                out=self.run_dir / s.name, repos=sets.repos, policy_version=start.policy_version, sampler=self.params.sampler,
-                images=self.rollout_images, seed=self.params.seed, tracking=self.params.tracking,
-                parent_run_id=self.parent.run_id, step=s.step, container_label=self.label, sampled=sampled)
-        except BaseException:
-            self.settle_ahead()
-            raise
+        self.sample_ahead(s, start, sets)  # a failure from here on settles it (``_pipeline``)
+        # one flow for every objective, its subflow runs named as before (`rft` for the warm start too)
+        result = train_iteration.with_options(name=s.flow, flow_run_name=s.name)(
+            s.objective, tasks=sets.warm_tasks if s.task_set == "warm" else sets.tasks, model=start.path,
+            out=self.run_dir / s.name, repos=sets.repos, policy_version=start.policy_version, sampler=self.params.sampler,
+            images=self.rollout_images, seed=self.params.seed, tracking=self.params.tracking,
+            parent_run_id=self.parent.run_id, step=s.step, container_label=self.label, sampled=sampled)
         if self.overlap and result.trained:  # the rollout running beside it loads the new policy
             announce(self.feed, result.policy.policy_version, Path(result.policy.path))
         if s.on_parent:
             tr.log_metrics(self.params.tracking, self.parent.run_id, result.metrics, step=s.step)
         return result
 
+    def overlapped(self, s: object) -> bool:
+        """Whether ``s`` is a DAPO iteration whose rollouts may run beside the update before it (max_staleness > 0)."""
+        return self.overlap and isinstance(s, TrainStep) and s.flow == "dapo_iteration"
+
     def _dapo_after(self, s: TrainStep) -> TrainStep | None:
-        later = self.stages[self.stages.index(s) + 1:]
-        return next((t for t in later if isinstance(t, TrainStep) and t.flow == "dapo_iteration"), None)
+        return next((t for t in self.stages[self.stages.index(s) + 1:] if self.overlapped(t)), None)
 
     def sampled(self, s: TrainStep, start: PolicyRef, sets: PipelineInputs) -> SampledIteration | None:
         """An asynchronous DAPO iteration's rollouts: sampled beside the previous update (waited for here), or
         recorded by an earlier attempt, or sampled now from ``start``, following the feed."""
-        if not (self.overlap and s.flow == "dapo_iteration"):
+        if not self.overlapped(s):
             return None
         if s.name in self.ahead:
             return self.ahead.pop(s.name).result()
@@ -368,7 +366,7 @@ class PipelineRun:
     def sample_ahead(self, s: TrainStep, start: PolicyRef, sets: PipelineInputs) -> None:
         """While DAPO iteration k trains, iteration k+1 samples the newest policy there is (k's start), loading k's
         checkpoint when it lands: its data is one version behind the update that trains on it."""
-        after = self._dapo_after(s) if self.overlap and s.flow == "dapo_iteration" else None
+        after = self._dapo_after(s) if self.overlapped(s) else None
         if after is None or self.ledger.get(after.name) is not None:
             return
         say(f"{after.name}: sampling {start.policy_version} beside {s.name}'s update (max_staleness "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import flow
 
 from flows._hooks import HOOKS
@@ -15,7 +17,8 @@ from tasks.rollout import rollout_chunk
 
 
 def rollout_stage(*, tasks, repos, model: str, out, samples: int, seed: int, policy_version: str, sampler: SamplerParams,
-                  images: ImageSettings | None = None, grade: bool = True, container_label: str | None = None, follow=None,
+                  images: ImageSettings | None = None, grade: bool = True, container_label: str | None = None,
+                  follow: Path | None = None,
                   trains_from: str | None = None) -> RolloutStage:
     """The stage of one rollout: its wiring, and the sampler's settings as they are (engine, agent, sampling, sandboxes);
     ``images``: how its tasks' images are built or found (a pipeline's: the images its images stage built)."""

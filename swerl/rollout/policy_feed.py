@@ -20,7 +20,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,9 +79,8 @@ class FeedFollower:
     """Loads each newer policy announced on ``feed`` into ``engine`` while a rollout runs (a context manager: a
     thread polls the feed every ``poll_s`` seconds and stops when the block ends)."""
 
-    def __init__(self, feed: Path, engine: InferenceEngine, poll_s: float = 1.0,
-                 on_load: Callable[[str], None] | None = None) -> None:
-        self.feed, self.engine, self.poll_s, self.on_load = Path(feed), engine, poll_s, on_load
+    def __init__(self, feed: Path, engine: InferenceEngine, poll_s: float = 1.0) -> None:
+        self.feed, self.engine, self.poll_s = Path(feed), engine, poll_s
         self.record = FollowRecord()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="swerl-feed-follower", daemon=True)
@@ -121,5 +119,3 @@ class FeedFollower:
             return
         self.record.loaded.append((entry.version, time.monotonic() - t0))
         log.info("now sampling %s (loaded in %.1f s)", entry.version, self.record.loaded[-1][1])
-        if self.on_load is not None:
-            self.on_load(entry.version)

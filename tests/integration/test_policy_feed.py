@@ -70,15 +70,14 @@ def test_a_reload_that_fails_is_counted_once_and_sampling_goes_on_with_the_old_w
 
 def test_while_the_block_runs_a_policy_announced_mid_rollout_is_picked_up(engine, trained_checkpoint, tmp_path):
     feed = tmp_path / "policies.jsonl"
-    seen = []
-    with FeedFollower(feed, engine, poll_s=0.05, on_load=seen.append) as follower:
+    with FeedFollower(feed, engine, poll_s=0.05) as follower:
         before = _sampled_by(engine)
         announce(feed, "dapo-1", trained_checkpoint)
         deadline = time.monotonic() + 60
-        while not seen and time.monotonic() < deadline:
+        while not follower.record.loaded and time.monotonic() < deadline:
             time.sleep(0.05)
         after = _sampled_by(engine)
-    assert (before, after, seen) == ("rft", "dapo-1", ["dapo-1"])
+    assert (before, after, [v for v, _ in follower.record.loaded]) == ("rft", "dapo-1", ["dapo-1"])
     assert not follower._thread.is_alive()
 
 
