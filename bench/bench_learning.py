@@ -43,29 +43,38 @@ sys.path.insert(0, str(ROOT))
 # no gradient but count in the normaliser), the sequence-mean loss, its KL penalty (beta 0.04, k3,
 # against the policy that began the iteration), and no neg_prob_cap. "grpo-cap" is the same with the
 # recipe's neg_prob_cap, swerl's own addition, so that DAPO against it isolates DAPO's own parts:
-# clip-higher, dropping zero-advantage groups, the token-level loss, and no KL term.
+# clip-higher, dropping zero-advantage groups, the token-level loss, and no KL term. "async" is not an ablation of the
+# update but of the schedule: the same DAPO with iteration k+1 sampled while iteration k trains (staleness bound 1,
+# the correction's default cap), so that sync and async are compared at equal iterations from the same RFT policy.
+# Each entry is what it changes in the recipe's `dapo` settings.
 ABLATIONS: dict[str, dict[str, Any]] = {
     "grpo": {"drop_zero_advantage": False,
              "loss": {"symmetric_clip": True, "loss_aggregation": "sequence", "kl_coef": 0.04, "neg_prob_cap": 1.0}},
     "grpo-cap": {"drop_zero_advantage": False, "loss": {"symmetric_clip": True, "loss_aggregation": "sequence", "kl_coef": 0.04}},
+    "async": {"off_policy": {"max_staleness": 1}},
 }
+
+
+def _merged(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in change.items():
+        out[key] = _merged(out.get(key) or {}, value) if isinstance(value, dict) else value
+    return out
 
 
 def ablation(params, key: str):
     """The pipeline params of ablation ``key`` for a seed's run ``params``: the same run from its RFT
     policy (no warm start, no RFT, no start evaluation), its DAPO stage changed as ``ABLATIONS[key]`` says."""
-    change = dict(ABLATIONS[key]["loss"])
-    if change.pop("symmetric_clip", False):
-        change["eps_high"] = params.dapo.loss.eps_low
+    change = {k: dict(v) if isinstance(v, dict) else v for k, v in ABLATIONS[key].items()}
+    if change.get("loss", {}).pop("symmetric_clip", False):
+        change["loss"]["eps_high"] = params.dapo.loss.eps_low
+    dapo = type(params.dapo).model_validate(_merged(params.dapo.model_dump(), change))
     rft_policy = params.run_dir / "rft" / "train" / "final"
     return params.model_copy(update={
         "name": f"{params.name}-ablation-{key}", "model": str(rft_policy.resolve()) if rft_policy.exists() else None,
         "warm_start": None, "curriculum": params.curriculum, "validate_runs": 0,
         "rft": params.rft.model_copy(update={"enabled": False}),
-        "eval": params.eval.model_copy(update={"evaluate_start": False}),
-        "dapo": params.dapo.model_copy(update={
-            "drop_zero_advantage": ABLATIONS[key]["drop_zero_advantage"],
-            "loss": params.dapo.loss.model_copy(update=change)})})
+        "eval": params.eval.model_copy(update={"evaluate_start": False}), "dapo": dapo})
 
 
 def _rows(summary: dict) -> dict[str, dict]:
@@ -132,6 +141,46 @@ def _stage_seconds(run_dir: Path) -> dict[str, float]:
         result = ledger.get(name) or {}
         out[name] = float(result.get("seconds") or 0.0)
     return out
+
+
+def _iteration_times(summary: dict) -> dict[str, dict]:
+    """Each DAPO iteration's wall time and its split (``StageResult.times``), from the run's ledger."""
+    from swerl.orchestration.ledger import Ledger
+    from swerl.orchestration.results import StageResult
+
+    ledger, out = Ledger(Path(summary["run_dir"])), {}
+    for name in ledger.finished():
+        if name.startswith("iter-") and not name.endswith("-rollout"):
+            result = ledger.get(name, StageResult)
+            out[name] = {"wall": result.seconds or 0.0, "times": result.times}
+    return out
+
+
+def _dapo_phase(summary: dict) -> float:
+    """The DAPO iterations and their evaluations, end to end: their ledger stages run one after another (an
+    asynchronous run's ``iter-k-rollout`` ran beside them, so it is not added)."""
+    return sum(s for name, s in _stage_seconds(Path(summary["run_dir"])).items()
+               if name.startswith(("iter-", "eval-iter-")) and not name.endswith("-rollout"))
+
+
+def _time_lines(r: dict) -> list[str]:
+    """Where each DAPO iteration's time went, the recipe's DAPO against each ablation (``async`` above all), and
+    the DAPO phase's wall time side by side."""
+    runs = {"DAPO": r["dapo"], **r.get("ablations", {})}
+    lines = [f"  {'run':<9} {'iteration':<9} {'wall s':>7} {'sampling':>9} {'grading':>8} {'training':>9} "
+             f"{'waiting':>8} {'hidden':>7}"]
+    for label, summary in runs.items():
+        for name, it in _iteration_times(summary).items():
+            t = it["times"]
+            cells = (f"{t.sampling_s:9.0f} {t.grading_s:8.0f} {t.training_s:9.0f} {t.waiting_s:8.0f} {t.hidden_s:7.0f}"
+                     if t else f"{'(not recorded)':>44}")
+            lines.append(f"  {label:<9} {name:<9} {it['wall']:7.0f} {cells}")
+    base = _dapo_phase(r["dapo"])
+    lines.append("  DAPO iterations and their evaluations, end to end: "
+                 + ", ".join(f"{label} {_dapo_phase(summary):.0f} s"
+                             + (f" ({base / _dapo_phase(summary):.2f}x DAPO's speed)" if label != "DAPO" and _dapo_phase(summary) else "")
+                             for label, summary in runs.items()))
+    return lines
 
 
 def _seed_line(seed: int, r: dict) -> str:
@@ -220,6 +269,36 @@ def _verdict(results: dict, baseline: str | None, *, rise_se: float = 3.0, lead_
     return lines + [f"learning proof: {'met' if passed else 'NOT met'}"]
 
 
+def _async_verdict(results: dict, *, rise_se: float = 3.0, noise_se: float = 2.0) -> list[str]:
+    """The asynchronous schedule's bar: on every seed its rise from RFT at the last iteration above ``rise_se`` SEs
+    paired over tasks, and async - DAPO at the last iteration, averaged over the seeds, within ``noise_se`` SEs."""
+    from swerl.eval.metrics import paired_difference
+
+    lines, passed = [f"the async bar: its rise rft -> last > {rise_se:g} SE paired over tasks on each seed, "
+                     f"async - DAPO averaged over seeds within {noise_se:g} SE"], True
+    for seed, r in results.items():
+        last, other = r["dapo"]["stages"][-1]["stage"], _per_task(r["ablations"]["async"])
+        per_task = _per_task(r["dapo"])
+        if "rft" not in per_task or last not in other:
+            lines.append(f"  seed {seed}: not measured")
+            passed = False
+            continue
+        rise, sem = paired_difference(per_task["rft"], other[last])
+        ok = bool(sem) and rise / sem > rise_se
+        passed &= ok
+        lines.append(f"  seed {seed}: async rise rft -> {last} {100 * rise:+.1f} points, {rise / sem if sem else float('inf'):+.1f} SE: "
+                     f"{'met' if ok else 'NOT met'}; DAPO phase {_dapo_phase(r['dapo']):.0f} s sync, "
+                     f"{_dapo_phase(r['ablations']['async']):.0f} s async")
+    lead = _lead_over_seeds(results, "async")  # DAPO - async
+    if lead is not None:
+        mean, sem, n = lead
+        ok = abs(mean) <= noise_se * sem and n == len(results)
+        passed &= ok
+        lines.append(f"  async - DAPO over {n} seeds: {-100 * mean:+.1f} points, SE {100 * sem:.1f}: "
+                     f"{'within noise' if ok else 'NOT within noise'}")
+    return lines + [f"async: {'met' if passed else 'NOT met'}"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", type=Path, default=ROOT / "deployments/learning.yaml")
@@ -233,6 +312,10 @@ def main() -> None:
                     help="later seeds reuse the first seed's curriculum and warm-started policy (as every run in the paper "
                          "starts from one instruct model); by default each seed generates its own curriculum, tiny model "
                          "and warm start")
+    ap.add_argument("--start", type=Path, default=None,
+                    help="every seed starts from this policy, no warm start (the recipe's curriculum for all; "
+                         "swerl/models/resources/tiny-warm-s0 is the recipe's seed-0 warm start, made by "
+                         "deployments/warm-start.yaml)")
     args = ap.parse_args()
     if args.no_ablation:
         args.ablations = []
@@ -245,14 +328,14 @@ def main() -> None:
 
     base = yaml.safe_load(args.params.read_text())
     results = {}
-    shared_start: str | None = None
+    shared_start: str | None = str(args.start.resolve()) if args.start else None
     for seed in args.seeds:
         data = {**base, "name": f"{base.get('name', 'learning').rsplit('-s', 1)[0]}-s{seed}", "seed": seed,
                 "run_root": str(args.run_root)}
-        if not args.shared_start:
+        if not args.shared_start and args.start is None:
             data["curriculum"] = {**data.get("curriculum", {}), "seed": seed}
             data["tiny_model"] = {**data.get("tiny_model", {}), "seed": seed}
-        elif shared_start is not None:  # same curriculum (its seed is the file's), same starting policy
+        if shared_start is not None:  # same curriculum (its seed is the file's), same starting policy
             data.update({"model": shared_start, "warm_start": None})
         params = PipelineParams.model_validate(data)
         t0 = time.monotonic()
@@ -281,9 +364,14 @@ def main() -> None:
             print(line)
         for line in _rises(r["dapo"], r.get("ablations")):
             print(line)
+        for line in _time_lines(r):
+            print(line)
     for line in _over_seeds(results, args.ablations):
         print("\n" + line)
-    print("\n" + "\n".join(_verdict(results, args.ablations[0] if args.ablations else None)))
+    grpo = [key for key in args.ablations if key != "async"]
+    print("\n" + "\n".join(_verdict(results, grpo[0] if grpo else None)))
+    if "async" in args.ablations:
+        print("\n" + "\n".join(_async_verdict(results)))
 
 
 if __name__ == "__main__":

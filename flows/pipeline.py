@@ -325,14 +325,17 @@ class PipelineRun:
         return PolicyRef.of(policy.path, "0", registered)
 
     def train(self, s: TrainStep, start: PolicyRef, sets: PipelineInputs) -> StageResult:
+        t0 = time.monotonic()
         sampled = self.sampled(s, start, sets)  # None: the iteration samples itself (synchronous)
+        waited = time.monotonic() - t0
         self.sample_ahead(s, start, sets)  # a failure from here on settles it (``_pipeline``)
         # one flow for every objective, its subflow runs named as before (`rft` for the warm start too)
         result = train_iteration.with_options(name=s.flow, flow_run_name=s.name)(
             s.objective, tasks=sets.warm_tasks if s.task_set == "warm" else sets.tasks, model=start.path,
             out=self.run_dir / s.name, repos=sets.repos, policy_version=start.policy_version, sampler=self.params.sampler,
             images=self.rollout_images, seed=self.params.seed, tracking=self.params.tracking,
-            parent_run_id=self.parent.run_id, step=s.step, container_label=self.label, sampled=sampled)
+            parent_run_id=self.parent.run_id, step=s.step, container_label=self.label, sampled=sampled,
+            waited_s=waited if sampled is not None else None)
         if self.overlap and result.trained:  # the rollout running beside it loads the new policy
             announce(self.feed, result.policy.policy_version, Path(result.policy.path))
         if s.on_parent:

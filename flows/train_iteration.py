@@ -3,6 +3,7 @@ them with the iteration's objective, register the checkpoint (or carry the polic
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from prefect import flow
@@ -14,7 +15,7 @@ from swerl.orchestration.objectives import Objective, RFTIteration
 from swerl.envs.images import ImageSettings
 from swerl.orchestration.params import SamplerParams
 from swerl.tracking.config import TrackingConfig
-from swerl.orchestration.results import PolicyRef, SampledIteration, StageResult
+from swerl.orchestration.results import IterationTimes, PolicyRef, SampledIteration, StageResult
 from tasks import tracking as tr
 from tasks.train import train_dapo_task, train_rft_task
 
@@ -54,23 +55,32 @@ def train_iteration(objective: Objective, tasks: Path, model: str, out: Path, re
                     policy_version: str = "0", sampler: SamplerParams = SamplerParams(),
                     images: ImageSettings = ImageSettings(), seed: int = 0,
                     tracking: TrackingConfig = TrackingConfig(), parent_run_id: str | None = None, step: int = 1,
-                    container_label: str | None = None, sampled: SampledIteration | None = None) -> StageResult:
+                    container_label: str | None = None, sampled: SampledIteration | None = None,
+                    waited_s: float | None = None) -> StageResult:
     """Rollouts of ``model`` on ``tasks`` -> the objective's update -> a registered `candidate`.
 
     The MLflow run and the new policy version are named by the objective (`rft`, `warm-start`,
     `iter-k` / `dapo-k`); with nothing to train on, the starting policy carries forward. ``sampled``: the
-    iteration's rollouts made already (an asynchronous pipeline's, sampled while the previous iteration trained).
+    iteration's rollouts made already (an asynchronous pipeline's, sampled while the previous iteration trained),
+    ``waited_s``: how long the pipeline waited for them to end.
     """
     if sampled is None:
+        t0 = time.monotonic()
         sampled = _sample(objective, tasks, model, out, repos, policy_version, sampler, images, seed, tracking,
                           parent_run_id, container_label)
+        sampled = sampled.model_copy(update={"seconds": time.monotonic() - t0})
+        waited_s = sampled.seconds
     name, run_id, rolled = objective.name, sampled.run_id, sampled.rolled
     seed = objective.seed_of(seed)
     train_stage = objective.stage_config(rolled.store, model, out / "train", seed, policy_version)
     task = train_rft_task if isinstance(objective, RFTIteration) else train_dapo_task
     # the task reads the rollout once: its figures and the selection come back with the update, not the trajectories
+    t0 = time.monotonic()
     outcome = task.with_options(timeout_seconds=objective.train.timeout_s)(train_stage, wall_s=rolled.wall_s)
     metrics = dict(outcome.rollout.metrics)
+    sampling_s = sampled.seconds if sampled.seconds is not None else rolled.wall_s
+    times = IterationTimes.of(metrics, sampling_s, time.monotonic() - t0, sampling_s if waited_s is None else waited_s)
+    metrics.update(times.metrics())
     summary = {}
     if outcome.selection is not None:
         metrics.update({"rft/kept": float(outcome.selection.kept), "rft/tasks_kept": float(outcome.selection.tasks_kept)})
@@ -97,4 +107,4 @@ def train_iteration(objective: Objective, tasks: Path, model: str, out: Path, re
                                              "ran_on": ran_on})
     return StageResult(policy=policy, metrics=metrics, run_id=run_id, trained=outcome.trained, reason=outcome.reason,
                        behaviour=outcome.rollout.behaviour, ran_on=ran_on,
-                       sampled_by=outcome.rollout.sampled_by)
+                       sampled_by=outcome.rollout.sampled_by, times=times)

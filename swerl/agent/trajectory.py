@@ -92,6 +92,8 @@ class Trajectory(BaseModel):
     environment_s: float = Field(0.0, ge=0)
     wall_s: float = Field(0.0, ge=0, description="The agent run, from first prompt to final diff.")
     sandbox_s: float = Field(0.0, ge=0, description="Starting the sandbox, installing the tools, and removing it.")
+    grading_s: float = Field(0.0, ge=0, description="Waiting for its verdict: its grading sandbox, or the grading of the "
+                             "same patch it shares (0: not graded).")
     # filled by grading
     resolved: bool | None = None
     grade_failure: str | None = Field(None, description="The grader's FailureClass when graded.")

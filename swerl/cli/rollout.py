@@ -86,7 +86,7 @@ def _run(stage, evaluate: bool):
     console.print(
         f"{summary.produced} new trajectories ({summary.skipped} already done): exits {summary.exit_reasons}; "
         f"resolved {summary.resolved}/{summary.graded} graded; generation {summary.generation_s:.1f}s, "
-        f"environment {summary.environment_s:.1f}s, sandboxes {summary.sandbox_s:.1f}s (summed over trajectories); wall {summary.wall_s:.1f}s; store {result.store}"
+        f"environment {summary.environment_s:.1f}s, sandboxes {summary.sandbox_s:.1f}s, grading {summary.grading_s:.1f}s (summed over trajectories); wall {summary.wall_s:.1f}s; store {result.store}"
     )
     return summary, report
 

@@ -38,6 +38,9 @@ def rollout_metrics(trajectories: Sequence[Trajectory], reward: RewardConfig | N
         "turns_mean": sum(t.num_turns for t in trajectories) / len(trajectories),
         "action_tokens": float(sum(t.n_action_tokens for t in trajectories)),
         "generation_s": sum(t.generation_s for t in trajectories),
+        "agent_s": sum(t.wall_s for t in trajectories),
+        "sandbox_s": sum(t.sandbox_s for t in trajectories),
+        "grading_s": sum(t.grading_s for t in trajectories),
     }
     if wall_s:
         out["tokens_per_s"] = out["action_tokens"] / wall_s
@@ -136,3 +139,4 @@ def display_rows(rows: Sequence[Mapping[str, Any]], runs: int | None = None) -> 
             "" if row.get("seconds") is None else f"{row['seconds']:.0f} s",
         ), strict=True)))
     return out
+

@@ -75,6 +75,35 @@ class SampledIteration(BaseModel):
     seconds: float | None = Field(None, ge=0, description="Wall time of the sampling (set by the pipeline).")
 
 
+class IterationTimes(BaseModel):
+    """Where a training iteration's time went, in wall seconds."""
+
+    sampling_s: float = Field(ge=0, description="Its rollout, from the first sandbox to the last verdict.")
+    grading_s: float = Field(ge=0, description="The rollout's wall time in the share its sandbox slots spent waiting "
+                             "for verdicts (the rollout's ``grading_s`` over its ``agent_s + sandbox_s + grading_s``, "
+                             "summed over trajectories).")
+    training_s: float = Field(ge=0, description="The update.")
+    waiting_s: float = Field(ge=0, description="The update waiting for its data: all of the rollout when synchronous, "
+                             "what was left of it when it was sampled beside the update before.")
+
+    @property
+    def hidden_s(self) -> float:
+        """The sampling that ran beside other work (the update and evaluation before)."""
+        return max(0.0, self.sampling_s - self.waiting_s)
+
+    @classmethod
+    def of(cls, rollout: dict[str, float], sampling_s: float, training_s: float, waiting_s: float) -> IterationTimes:
+        """From the rollout's ``rollout/`` figures (the slot-seconds summed over its trajectories) and the wall times."""
+        busy = sum(rollout.get(f"rollout/{k}", 0.0) for k in ("agent_s", "sandbox_s", "grading_s"))
+        share = rollout.get("rollout/grading_s", 0.0) / busy if busy else 0.0
+        return cls(sampling_s=sampling_s, grading_s=sampling_s * share, training_s=training_s,
+                   waiting_s=min(waiting_s, sampling_s))
+
+    def metrics(self) -> dict[str, float]:
+        """As ``time/`` figures for MLflow."""
+        return {f"time/{k}": v for k, v in {**self.model_dump(), "hidden_s": self.hidden_s}.items()}
+
+
 class StageResult(BaseModel):
     """A training stage (warm-start, RFT, a DAPO iteration): the policy after it and what it measured."""
 
@@ -90,6 +119,8 @@ class StageResult(BaseModel):
                               "cluster, else `<host>:<pid>` (sorted, each once).")
     sampled_by: dict[str, int] = Field(default_factory=dict, description="Its trajectories per policy version that "
                                        "sampled their first turn: which policy each finished piece came from.")
+    times: IterationTimes | None = Field(None, description="Where its wall time went (None: a ledger written before "
+                                         "it was recorded).")
 
 
 class EvalResult(BaseModel):

@@ -108,6 +108,7 @@ class RolloutSummary(BaseModel):
     generation_s: float
     environment_s: float
     sandbox_s: float
+    grading_s: float = Field(0.0, description="Waiting for verdicts, summed over trajectories.")
     wall_s: float
     action_tokens: int
     store: str
@@ -187,6 +188,7 @@ def _summary(tasks: Sequence[Task], config: RolloutConfig, pending: int, produce
         generation_s=sum(t.generation_s for t in produced),
         environment_s=sum(t.environment_s for t in produced),
         sandbox_s=sum(t.sandbox_s for t in produced),
+        grading_s=sum(t.grading_s for t in produced),
         wall_s=time.monotonic() - start,
         action_tokens=sum(t.n_action_tokens for t in produced),
         store=str(store.directory),
@@ -259,7 +261,9 @@ async def _run_one(task: Task, sample: int, image: str | None, agent: Agent, con
     if traj.exit_reason is ExitReason.infra_error:  # after a start, only a lost host ends an agent's run this way
         return traj, True
     if config.grade and traj.exit_reason is not ExitReason.error:
+        t2 = time.monotonic()
         result = await grade(task, traj.patch, image, sample)
+        traj.grading_s = time.monotonic() - t2
         traj.grade_failure = result.failure_class.value if result.failure_class else None
         traj.tamper_flags = list(result.tamper_flags)
         traj.swebench_log_resolved = result.swebench_log_resolved

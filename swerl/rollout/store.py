@@ -28,7 +28,7 @@ exit_reason          string           submitted | max_turns | context_exceeded |
 error                string (null)    infrastructure error message
 patch                string           git diff at the end of the run
 num_turns            int32            replies given
-generation_s, environment_s, wall_s, sandbox_s  float64  time split (sandbox: start + tools + removal)
+generation_s, environment_s, wall_s, sandbox_s, grading_s  float64  time split (sandbox: start + tools + removal; grading: waiting for the verdict)
 resolved             bool (null)      grading outcome (null = not graded)
 grade_failure        string (null)    the grader's failure class
 tamper_flags         list<string>     tamper signature classes in the patch (swerl.grading.tamper_flags)
@@ -74,6 +74,7 @@ SCHEMA = pa.schema(
         ("environment_s", pa.float64()),
         ("wall_s", pa.float64()),
         ("sandbox_s", pa.float64()),
+        ("grading_s", pa.float64()),
         ("resolved", pa.bool_()),
         ("grade_failure", pa.string()),
         ("tamper_flags", pa.list_(pa.string())),

@@ -109,6 +109,20 @@ def test_each_trajectory_records_its_staleness_and_mlflow_has_the_rollout_s_figu
     assert metrics["data/stale_dropped"] == 0.0 and "train/is_weight_mean" in metrics
 
 
+def test_each_iteration_records_where_its_time_went_and_iteration_2_waited_for_less_than_it_sampled(killed_then_resumed):
+    from swerl.orchestration.results import StageResult
+
+    ledger = killed_then_resumed["ledger"]
+    times = {k: StageResult.model_validate(ledger[k]["result"]).times for k in ("iter-1", "iter-2")}
+    for t in times.values():
+        assert t.sampling_s > 0 and t.training_s > 0 and 0 < t.grading_s < t.sampling_s
+    # iteration 1 sampled after RFT's evaluation, with nothing to hide behind; its record is the sampling stage's
+    assert times["iter-1"].sampling_s == ledger["iter-1-rollout"]["result"]["seconds"]
+    # iteration 2 sampled beside iteration 1's update: its update waited only for what was left of it
+    assert times["iter-2"].waiting_s < times["iter-2"].sampling_s
+    assert times["iter-2"].sampling_s == ledger["iter-2-rollout"]["result"]["seconds"]
+
+
 def test_the_new_policy_was_announced_on_the_feed(killed_then_resumed):
     from swerl.rollout.policy_feed import newest
 
