@@ -8,10 +8,11 @@ the async mode here cannot show what a GPU trainer beside sandboxes on their own
 pipeline's scheduling (swerl.rl.async_simulation) on measured stage times:
 
 - with ``--run-dir`` (a pipeline's run folder): every DAPO iteration's trajectories (``iter-<k>/rollout/
-  trajectories``: each one's sandbox start and removal plus its agent run, and its generation share), the
-  iteration's training (its ledger entry's seconds less the rollout's wall time; else the steps' seconds in
-  ``iter-<k>/train/metrics.jsonl``) and a grading's time (the validate stage's slot-seconds per grading; else what
-  the rollout's slots held beyond its trajectories, per grading run);
+  trajectories``: each one's sandbox start and removal plus its agent run, its generation share and its wait for a
+  verdict, ``grading_s``) and the update's wall time (the ledger's ``times.training_s``); for a run recorded before
+  those were, the iteration's training is its ledger entry's seconds less the rollout's wall time (else the steps'
+  seconds in ``iter-<k>/train/metrics.jsonl``) and a grading's time the validate stage's slot-seconds per grading
+  (else what the rollout's slots held beyond its trajectories, per grading run);
 - without it, the main job's figures printed in README.md (iter-1 of the fresh-clone run: 400 trajectories of the
   ``rft`` policy, 8 at once, 3m 20s; ``eval-rft`` sampled and graded 140 trajectories of the same policy in 62 s
   with no training) and docs: a grading's sandbox start, exec and removal (0.42 s, docs/scaling-out.md) and its
@@ -95,14 +96,21 @@ def _grading_each(run_dir: Path, ledger: dict, concurrency: int) -> float | None
 
 
 def _iteration(folder: Path, ledger: dict, concurrency: int, grading_each: float | None) -> dict:
-    """One DAPO iteration's trajectories (slot and generation seconds), gradings and update seconds."""
-    import pyarrow.parquet as pq
+    """One DAPO iteration's trajectories (slot and generation seconds), gradings and update seconds: each one's wait
+    for its verdict and the update's own wall time as the run recorded them (``grading_s``, ``times``), else
+    estimated as below."""
+    from swerl.rollout.store import TrajectoryStore
 
-    columns = ["wall_s", "sandbox_s", "generation_s"]
-    rows = pq.read_table(folder / "rollout" / "trajectories", columns=columns).to_pylist()
+    rows = TrajectoryStore(folder / "rollout" / "trajectories").table().select(
+        ["wall_s", "sandbox_s", "generation_s", "grading_s"]).to_pylist()
     sampling = [r["wall_s"] + r["sandbox_s"] for r in rows]
     summary = _json(folder / "rollout" / "summary.json")
-    seconds = (ledger.get(folder.name, {}).get("result") or {}).get("seconds")
+    result = ledger.get(folder.name, {}).get("result") or {}
+    seconds, times = result.get("seconds"), result.get("times")
+    if any(r["grading_s"] for r in rows) and times:
+        return {"sampling": sampling, "generation": [min(r["generation_s"], s) for r, s in zip(rows, sampling)],
+                "grading": [r["grading_s"] or 0.0 for r in rows], "train_s": times["training_s"],
+                "train_from": "the update's recorded wall time"}
     if seconds is not None and summary:
         train_s, train_from = seconds - summary["wall_s"], "ledger seconds less the rollout's wall"
     else:

@@ -15,6 +15,7 @@ from swerl.orchestration.objectives import Objective, RFTIteration
 from swerl.envs.images import ImageSettings
 from swerl.orchestration.params import SamplerParams
 from swerl.tracking.config import TrackingConfig
+from swerl.rollout.store import TrajectoryStore
 from swerl.orchestration.results import IterationTimes, PolicyRef, SampledIteration, StageResult
 from tasks import tracking as tr
 from tasks.train import train_dapo_task, train_rft_task
@@ -71,6 +72,10 @@ def train_iteration(objective: Objective, tasks: Path, model: str, out: Path, re
         sampled = sampled.model_copy(update={"seconds": time.monotonic() - t0})
         waited_s = sampled.seconds
     name, run_id, rolled = objective.name, sampled.run_id, sampled.rolled
+    if sampled.trains_from not in (None, policy_version):  # the iteration before trained nothing: count from here
+        restamped = TrajectoryStore(rolled.store).restamp_staleness(policy_version)
+        print(f"{name} starts from {policy_version}, not {sampled.trains_from} as planned when its rollouts began: "
+              f"{restamped} trajectories' staleness counted again from {policy_version}")
     seed = objective.seed_of(seed)
     train_stage = objective.stage_config(rolled.store, model, out / "train", seed, policy_version)
     task = train_rft_task if isinstance(objective, RFTIteration) else train_dapo_task

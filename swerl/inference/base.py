@@ -144,3 +144,14 @@ class InferenceEngine(Protocol):
     def close(self) -> None:
         """Stop serving: pending and later requests fail with EngineError; idempotent."""
         ...
+
+
+@runtime_checkable
+class SharedServerEngine(InferenceEngine, Protocol):
+    """An engine whose weights live in a server other engines also use (the pipeline's policy server: its stages,
+    and the Dask workers' rollout chunks): another client may have loaded a policy already."""
+
+    def ensure_policy(self, checkpoint: str | Path, policy_version: str) -> bool:
+        """Make the server serve ``checkpoint`` as ``policy_version``, reloading it only when it serves anything else
+        (True: it reloaded); EngineError when it cannot."""
+        ...

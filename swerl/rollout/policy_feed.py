@@ -5,7 +5,11 @@ The pipeline announces each new policy on a feed, one JSON line per checkpoint (
 is complete on disk. A rollout started on an older policy follows the feed (``FeedFollower``): a newer entry is
 loaded with the engine's ``load_weights``, which waits for the requests in flight, so every turn is sampled by one
 policy and records it (``Turn.policy_version``); a trajectory that spans a reload is as stale as its oldest turn
-(partial rollouts, ``swerl.rl.staleness``). A reload that fails leaves the engine on its old weights: the rollout
+(partial rollouts, ``swerl.rl.staleness``). On a server shared by several rollouts and the evaluations (the pipeline's
+policy server, Dask workers' chunks: ``SharedServerEngine``), the first client to see the new policy reloads it and
+the others find it served (``ensure_policy``): one reload per policy. Until a client sees it, its turns keep the older
+label: a turn is never labelled newer than the weights that sampled it, so staleness is never under-counted; and a
+following rollout starts from the feed's newest policy, never moving the server back (``starting_policy``). A reload that fails leaves the engine on its old weights: the rollout
 goes on, its data older than it could be (an off-policy update drops what is beyond its bound), and the failure is
 counted, never silent.
 
@@ -23,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from swerl.inference.base import EngineError, InferenceEngine
+from swerl.inference.base import EngineError, InferenceEngine, SharedServerEngine
 from swerl.rl.staleness import StalenessError, version_index
 
 log = logging.getLogger(__name__)
@@ -67,11 +71,25 @@ def newest(feed: Path) -> FeedEntry | None:
     return best
 
 
+def starting_policy(feed: Path | None, model: str, version: str) -> tuple[str, str]:
+    """What a rollout following ``feed`` starts with: its own ``(model, version)``, or the feed's newest policy when that
+    is newer (a rollout resumed, or a chunk started after the update beside it landed)."""
+    entry = newest(feed) if feed is not None else None
+    try:
+        if entry is not None and version_index(entry.version) > version_index(version):
+            return str(entry.checkpoint), entry.version
+    except StalenessError:  # a policy outside the pipeline's order starts as given and is not followed
+        pass
+    return model, version
+
+
 @dataclass
 class FollowRecord:
-    """What a follower did: the policies it loaded (version, seconds the reload took) and the reloads that failed."""
+    """What a follower did: the policies it loaded (version, seconds the reload took), those it found a shared server
+    serving already (another client reloaded it), and the reloads that failed."""
 
     loaded: list[tuple[str, float]] = field(default_factory=list)
+    found_served: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -111,7 +129,11 @@ class FeedFollower:
             return
         t0 = time.monotonic()
         try:
-            self.engine.load_weights(entry.checkpoint, entry.version)
+            if isinstance(self.engine, SharedServerEngine):  # another client may have loaded it already
+                if not self.engine.ensure_policy(entry.checkpoint, entry.version):
+                    self.record.found_served.append(entry.version)
+            else:
+                self.engine.load_weights(entry.checkpoint, entry.version)
         except EngineError as e:
             log.warning("could not load %s from %s: %s; sampling goes on with %s", entry.version, entry.checkpoint, e,
                         self.engine.policy_version)

@@ -161,7 +161,31 @@ class TrajectoryStore:
         parts = self.parts()
         if len(parts) < 2:
             return parts[0] if parts else None
-        table = pa.Table.from_pylist(self.latest_rows(), schema=SCHEMA)
+        return self._replace(parts, self.latest_rows())
+
+    def restamp_staleness(self, update_start: str) -> int:
+        """Count each stamped trajectory's staleness again from ``update_start`` (the update that trains on them
+        starts elsewhere than the rollout was told: the iteration before trained nothing, so its policy carried
+        forward); the changed rows replace the store's parts in one merged part. Returns how many changed."""
+        from swerl.rl.staleness import StalenessError, staleness
+
+        parts = self.parts()
+        rows, changed = self.latest_rows(), 0
+        for row in rows:
+            if row["staleness"] is None:
+                continue
+            try:
+                now = staleness(from_row(row), update_start)
+            except StalenessError:  # versions out of the pipeline's order: the update refuses them, saying why
+                continue
+            changed += now != row["staleness"]
+            row["staleness"] = now
+        if changed:
+            self._replace(parts, rows)
+        return changed
+
+    def _replace(self, parts: list[Path], rows: list[dict]) -> Path:
+        table = pa.Table.from_pylist(rows, schema=SCHEMA)
         name = f"part-{time.time_ns():020d}-compact.parquet"
         tmp = self.directory / f".{name}.tmp"
         pq.write_table(table, tmp)

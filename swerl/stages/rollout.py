@@ -92,6 +92,7 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
     from swerl.inference.base import EngineError
     from swerl.inference.factory import load_tokenizer, make_engine
     from swerl.inference.scripted import demonstrations
+    from swerl.rollout.policy_feed import starting_policy
 
     tasks = stage_tasks(stage)
     sampler = stage.sampler
@@ -116,7 +117,8 @@ def run_rollout(stage: RolloutStage, on_done: Callable[[Trajectory], None] | Non
     config = rollout_config(stage)
     try:
         if reloads_checkpoint(stage):  # one server for every stage: it must sample from this stage's policy
-            engine.ensure_policy(stage.model, stage.version)  # EngineError fails the stage: no stale sampling
+            # (a following rollout: or the newer one the feed has, never moving the server back under the others)
+            engine.ensure_policy(*starting_policy(stage.follow, stage.model, stage.version))  # EngineError fails the stage
         summary = _sample(stage, tasks, images, engine, chat, config, store_dir, on_done)
     finally:
         engine.close()

@@ -17,7 +17,7 @@ from swerl.rl.rewards import RewardConfig
 from swerl.rl.rft import RFTConfig
 from swerl.stages.config import changed, part
 from swerl.stages.errors import NothingToTrainError, StageInputError
-from swerl.train.config import LossConfig, TrainerConfig, TrainerSettings
+from swerl.train.config import LossConfig, TorchTrainerConfig, TrainerConfig, TrainerSettings
 from swerl.util.settings import SeedSettings
 
 
@@ -238,7 +238,7 @@ def train_dapo(stage: DAPOStage, on_start: OnStart | None = None, on_step: OnSte
                             stage.loss)
     rows, figures = d.rows, d.summary()
     if split is not None:
-        rows = _with_proximal(stage, rows, split.staleness)
+        rows = _with_proximal(stage, rows, split.staleness, config)
         figures |= {"stale_dropped": float(len(split.dropped)), "staleness_mean": split.mean()}
         if on_data and split.dropped:
             on_data(f"{len(split.dropped)} trajectory(ies) more than {bound} version(s) behind {stage.require_version} left out")
@@ -258,9 +258,10 @@ def _within_staleness(stage: DAPOStage, found: Sequence[Trajectory]):
         raise StageInputError(str(e)) from e
 
 
-def _with_proximal(stage: DAPOStage, rows: list, staleness: dict[str, int]) -> list:
+def _with_proximal(stage: DAPOStage, rows: list, staleness: dict[str, int], config: TrainerConfig) -> list:
     """``rows``, each stale one carrying its tokens' log-probs under the update's starting model (kept in the run folder
-    for a resume); a row of the start's own data needs none: its sampler was the start."""
+    for a resume), computed on the trainer's device in its compute dtype; a row of the start's own data needs none:
+    its sampler was the start."""
     from dataclasses import replace
 
     from swerl.train.proximal import proximal_logprobs
@@ -268,5 +269,8 @@ def _with_proximal(stage: DAPOStage, rows: list, staleness: dict[str, int]) -> l
     stale = [r for r in rows if staleness[r.example.trajectory_id] > 0]
     if not stale:
         return rows
-    prox = proximal_logprobs(stage.model, stale, stage.out, chunk_size=stage.train.logprob_chunk_size)
+    # DeepSpeed's ranks take their local GPU, else the CPU: 'auto' finds the first of those
+    device = config.trainer.device if isinstance(config.trainer, TorchTrainerConfig) else "auto"
+    prox = proximal_logprobs(stage.model, stale, stage.out, chunk_size=stage.train.logprob_chunk_size, device=device,
+                             dtype=config.dtype)
     return [replace(r, prox_logprobs=prox[r.example.trajectory_id]) if r.example.trajectory_id in prox else r for r in rows]

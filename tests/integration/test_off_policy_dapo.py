@@ -35,10 +35,10 @@ def store(tiny_model_dir, tok, tmp_path_factory):
     return folder
 
 
-def stage(store, model, out, max_staleness: int) -> DAPOStage:
+def stage(store, model, out, max_staleness: int, dtype: str = "auto") -> DAPOStage:
     return DAPOStage(trajectories=[store], model=str(model), out=out, require_version=START, iteration=2,
                      off_policy=OffPolicyConfig(max_staleness=max_staleness), reward={"length_penalty": False},
-                     train={"epochs": 1, "batch_size": 4, "optimizer": {"lr": 1e-3, "warmup_steps": 0},
+                     train={"epochs": 1, "batch_size": 4, "optimizer": {"lr": 1e-3, "warmup_steps": 0}, "dtype": dtype,
                             "trainer": {"backend": "torch", "device": "cpu"}, "max_tokens_per_microbatch": 512})
 
 
@@ -80,3 +80,13 @@ def test_stale_data_within_the_bound_trains_against_the_start_s_own_log_probs(st
 def test_a_synchronous_update_still_refuses_data_of_another_version(store, trained_checkpoint, tmp_path):
     with pytest.raises(StageInputError, match="stale data"):
         train_dapo(stage(store, trained_checkpoint, tmp_path / "sync", max_staleness=0))
+
+
+def test_the_proximal_pass_computes_in_the_trainers_own_dtype(store, trained_checkpoint, tmp_path):
+    """A trainer computing in bfloat16 (a GPU's 'auto') gets its proximal log-probs under the same autocast, so the
+    importance weight compares like with like; here on the CPU, against the float32 pass of the test above."""
+    exact, half = (json.loads((train_dapo(stage(store, trained_checkpoint, tmp_path / dtype, 1, dtype)).out / PROX_FILE)
+                              .read_text()) for dtype in ("float32", "bfloat16"))
+    assert sorted(half) == sorted(exact) == ["a/0", "a/1"]
+    for tid in exact:
+        assert half[tid] == pytest.approx(exact[tid], rel=0.1, abs=0.01) and half[tid] != pytest.approx(exact[tid], abs=1e-5)

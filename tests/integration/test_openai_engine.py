@@ -142,6 +142,33 @@ def test_ensure_policy_reloads_each_new_checkpoint_once_and_the_server_samples_f
         engine.close()
 
 
+def test_two_rollouts_following_one_feed_on_the_shared_server_reload_it_once_and_label_what_it_samples(
+        server, checkpoints, prompts, tmp_path):
+    from swerl.inference.openai_engine import served_models
+    from swerl.rollout.policy_feed import FeedFollower, announce, starting_policy
+
+    feed = tmp_path / "policies.jsonl"
+    config = OpenAIEngineConfig(base_url=server, model=served_models(server)[0])
+    a, b = OpenAIEngine(config, policy_version="rft"), OpenAIEngine(config, policy_version="rft")
+    try:
+        a.ensure_policy(checkpoints[0], "rft")  # both chunks start on the iteration's starting policy
+        assert b.ensure_policy(checkpoints[0], "rft") is False
+        followers = FeedFollower(feed, a), FeedFollower(feed, b)
+        announce(feed, "dapo-1", checkpoints[1])  # the update beside them lands
+        for follower in followers:
+            follower.poll()
+        records = [f.record for f in followers]
+        assert [[v for v, _ in r.loaded] for r in records] == [["dapo-1"], ["dapo-1"]]
+        assert [r.found_served for r in records] == [[], ["dapo-1"]]  # the second found it served: one reload
+        gen = run_all(b, [GenerationRequest("after", prompts[0], NEW_TOKENS, seed=5)])[0]
+        assert gen.policy_version == "dapo-1" and worst_logprob_gap(checkpoints[1], prompts[0], gen) <= LOGPROB_TOLERANCE
+        # a chunk that starts now starts on dapo-1: it does not move the server back under the others
+        assert starting_policy(feed, str(checkpoints[0]), "rft") == (str(checkpoints[1]), "dapo-1")
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_rollout_stage_on_the_shared_server_samples_its_own_checkpoint(server, checkpoints, tiny_model_dir, demo, demo_tasks,
                                                                          demo_images, tmp_path):
     from swerl.stages.rollout import RolloutStage, SamplerConfig, run_rollout, stored_trajectories

@@ -12,7 +12,7 @@ import pytest
 from swerl.inference.base import GenerationRequest
 from swerl.inference.hf_engine import HFEngine, HFEngineConfig
 from swerl.rl.staleness import StalenessError
-from swerl.rollout.policy_feed import FeedEntry, FeedFollower, announce, newest
+from swerl.rollout.policy_feed import FeedEntry, FeedFollower, announce, newest, starting_policy
 
 
 def test_the_newest_policy_is_the_latest_in_the_pipeline_s_order_not_the_last_line(tmp_path):
@@ -30,6 +30,15 @@ def test_a_version_outside_the_pipeline_s_order_is_refused_when_announced(tmp_pa
     with pytest.raises(StalenessError, match="'best'"):
         announce(tmp_path / "policies.jsonl", "best", tmp_path)
     assert not (tmp_path / "policies.jsonl").exists()
+
+
+def test_a_following_rollout_starts_from_the_feeds_newest_policy_when_it_is_newer_than_its_own(tmp_path):
+    feed = tmp_path / "policies.jsonl"
+    assert starting_policy(None, "rft-folder", "rft") == starting_policy(feed, "rft-folder", "rft") == ("rft-folder", "rft")
+    announce(feed, "dapo-1", tmp_path / "iter-1")
+    assert starting_policy(feed, "rft-folder", "rft") == (str(tmp_path / "iter-1"), "dapo-1")
+    assert starting_policy(feed, "iter-2", "dapo-2") == ("iter-2", "dapo-2")  # never back to an older one
+    assert starting_policy(feed, "best", "best") == ("best", "best")  # outside the order: as given, not followed
 
 
 @pytest.fixture
