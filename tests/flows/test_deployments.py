@@ -183,18 +183,31 @@ def test_cancelling_a_pipeline_run_removes_its_sandboxes_and_processes(stack, de
     params = {"params": {"name": name, "run_root": str(tmp_path / "runs"), "tasks": str(task_slice), "repos": str(demo.repos_dir),
                          "validate_runs": 0, "eval": {"runs": 4},
                          "sampler": {"engine": "hf", "concurrency": 3, "agent": {"max_turns": 40, "max_new_tokens": 64}}}}
-    run = _api("POST", f"{api}/deployments/{deployed['pipeline']['id']}/create_flow_run",
-               json={"parameters": params, "state": {"type": "SCHEDULED"}})
-    assert run.status_code == 201, run.text
-    run_id = run.json()["id"]
     label = container_label(name)
-    deadline = time.monotonic() + 600
-    while not running_containers(label) and time.monotonic() < deadline:
-        state = _api("GET", f"{api}/flow_runs/{run_id}").json()["state"]
-        assert state["type"] in ("SCHEDULED", "PENDING", "RUNNING"), state
-        time.sleep(1)
+    run_id = _run_until(api, deployed["pipeline"]["id"], params, lambda: running_containers(label), timeout_s=600)
     assert running_containers(label), "the pipeline never started a sandbox"
     assert _processes_of(run_id)
+    _cancel(api, run_id, label)
+
+
+def _run_until(api: str, deployment_id: str, parameters: dict, condition, timeout_s: float, poll_s: float = 1.0) -> str:
+    """A flow run of the deployment, as the UI makes one, watched until ``condition()`` holds; its id."""
+    run = _api("POST", f"{api}/deployments/{deployment_id}/create_flow_run",
+               json={"parameters": parameters, "state": {"type": "SCHEDULED"}})
+    assert run.status_code == 201, run.text
+    run_id = run.json()["id"]
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        state = _api("GET", f"{api}/flow_runs/{run_id}").json()["state"]
+        assert state["type"] in ("SCHEDULED", "PENDING", "RUNNING"), state
+        time.sleep(poll_s)
+    return run_id
+
+
+def _cancel(api: str, run_id: str, label: str) -> None:
+    """Cancel the flow run as the UI does; it ends CANCELLED with none of its sandboxes or processes left."""
+    from swerl.envs.docker_sandbox import running_containers
+
     cancel = _api("POST", f"{api}/flow_runs/{run_id}/set_state", json={"state": {"type": "CANCELLING"}, "force": True})
     assert cancel.status_code in (200, 201), cancel.text
     deadline = time.monotonic() + 180
@@ -206,6 +219,24 @@ def test_cancelling_a_pipeline_run_removes_its_sandboxes_and_processes(stack, de
     assert state["type"] == "CANCELLED", state
     assert running_containers(label) == []
     assert _processes_of(run_id) == []
+
+
+def test_cancelling_an_asynchronous_run_inside_its_overlap_leaves_nothing_running_and_keeps_what_it_stored(
+        stack, deployed, docker_ready, demo, task_slice, tmp_path):
+    from flows._hooks import container_label
+    from swerl.orchestration.ledger import Ledger
+    from tests.support.killed_pipeline import async_pipeline, in_overlap, parts
+
+    name = f"cancel-async-{uuid.uuid4().hex[:8]}"
+    params = async_pipeline(name, tmp_path, task_slice, demo.repos_dir, name)
+    api, run_dir = stack["PREFECT_API_URL"], params.run_dir
+    run_id = _run_until(api, deployed["pipeline"]["id"], {"params": params.model_dump(mode="json")},
+                        lambda: in_overlap(run_dir), timeout_s=900, poll_s=0.2)
+    assert in_overlap(run_dir), "the run never sampled iteration 2 beside iteration 1's update"
+    _cancel(api, run_id, container_label(name))
+    # what the overlap stored stays for a rerun: iteration 1's rollouts in the ledger, iteration 2's trajectories
+    assert "iter-1-rollout" in Ledger(run_dir).finished() and "iter-1" not in Ledger(run_dir).finished()
+    assert parts(run_dir / "iter-2" / "rollout" / "trajectories")
 
 
 def _visible_text(html: str, css_class: str) -> str:

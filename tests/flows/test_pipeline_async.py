@@ -17,30 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.killed_pipeline import parts, run_until, tiny_dapo_pipeline
+from tests.support.killed_pipeline import async_pipeline, in_overlap, parts, run_until, train_steps
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 NAME = f"async-{uuid.uuid4().hex[:8]}"
-
-
-def _params(tmp: Path, tasks: Path, repos: Path):
-    # many small steps: iteration 1's update lasts long enough for the kill to land inside the overlap
-    return tiny_dapo_pipeline(NAME, tmp, tasks, repos, "async", validate_runs=0, sampler={"concurrency": 2},
-                              dapo={"off_policy": {"max_staleness": 1}, "train": {"epochs": 40, "batch_size": 2}},
-                              eval={"runs": 1, "evaluate_start": False, "every_iteration": False})
-
-
-def _steps(train_dir: Path) -> list[int]:
-    metrics = train_dir / "metrics.jsonl"
-    return [json.loads(line)["step"] for line in metrics.read_text().splitlines()] if metrics.is_file() else []
-
-
-def _in_overlap(run_dir: Path) -> bool:
-    from swerl.orchestration.ledger import Ledger
-
-    return bool(parts(run_dir / "iter-2" / "rollout" / "trajectories")) and bool(_steps(run_dir / "iter-1" / "train")) \
-        and "iter-1" not in Ledger(run_dir).finished()
 
 
 @pytest.fixture(scope="module")
@@ -50,17 +31,17 @@ def killed_then_resumed(prefect_api, docker_ready, demo, task_slice, tmp_path_fa
     from swerl.orchestration.ledger import Ledger
 
     tmp = tmp_path_factory.mktemp("async")
-    params = _params(tmp, task_slice, demo.repos_dir)
+    params = async_pipeline(NAME, tmp, task_slice, demo.repos_dir, "async")
     run_dir = params.run_dir
-    log = run_until(tmp, params, prefect_api, lambda: _in_overlap(run_dir), timeout_s=1200, poll_s=0.2)
-    assert _in_overlap(run_dir), f"the kill did not land inside the overlap; see {log}"
+    log = run_until(tmp, params, prefect_api, lambda: in_overlap(run_dir), timeout_s=1200, poll_s=0.2)
+    assert in_overlap(run_dir), f"the kill did not land inside the overlap; see {log}"
     store = run_dir / "iter-2" / "rollout" / "trajectories"
-    killed = {"parts": parts(store), "ledger": Ledger(run_dir).finished(), "steps": _steps(run_dir / "iter-1" / "train")}
+    killed = {"parts": parts(store), "ledger": Ledger(run_dir).finished(), "steps": train_steps(run_dir / "iter-1" / "train")}
     state = pipeline(params, return_state=True)
     assert state.is_completed(), state
     return {"params": params, "killed": killed, "summary": state.result(), "parts": parts(store), "store": store,
             "ledger": json.loads((run_dir / "ledger.json").read_text()), "containers": container_label(NAME),
-            "steps": _steps(run_dir / "iter-1" / "train"), "run_dir": run_dir}
+            "steps": train_steps(run_dir / "iter-1" / "train"), "run_dir": run_dir}
 
 
 def test_the_kill_landed_while_iteration_2_sampled_beside_iteration_1_s_update(killed_then_resumed):

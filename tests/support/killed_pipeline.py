@@ -70,3 +70,25 @@ def tiny_dapo_pipeline(name: str, tmp: Path, tasks: Path, repos: Path, experimen
         "tracking": {"tracking_uri": f"sqlite:///{tmp / 'mlflow.db'}", "experiment": experiment},
     }
     return PipelineParams.model_validate(_merged(base, changes))
+
+
+def async_pipeline(name: str, tmp: Path, tasks: Path, repos: Path, experiment: str):
+    """``tiny_dapo_pipeline`` asynchronous (iteration 2 samples while iteration 1 trains), with many small steps so
+    that iteration 1's update lasts long enough for a kill or a cancellation to land inside the overlap."""
+    return tiny_dapo_pipeline(name, tmp, tasks, repos, experiment, validate_runs=0, sampler={"concurrency": 2},
+                              dapo={"off_policy": {"max_staleness": 1}, "train": {"epochs": 40, "batch_size": 2}},
+                              eval={"runs": 1, "evaluate_start": False, "every_iteration": False})
+
+
+def train_steps(train_dir: Path) -> list[int]:
+    """The steps an update has written to its metrics."""
+    metrics = train_dir / "metrics.jsonl"
+    return [json.loads(line)["step"] for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+
+
+def in_overlap(run_dir: Path) -> bool:
+    """Iteration 2 has stored trajectories while iteration 1's update has written a step and is not finished."""
+    from swerl.orchestration.ledger import Ledger
+
+    return bool(parts(run_dir / "iter-2" / "rollout" / "trajectories")) and bool(train_steps(run_dir / "iter-1" / "train")) \
+        and "iter-1" not in Ledger(run_dir).finished()
