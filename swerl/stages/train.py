@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -17,8 +17,11 @@ from swerl.rl.rewards import RewardConfig
 from swerl.rl.rft import RFTConfig
 from swerl.stages.config import changed, part
 from swerl.stages.errors import NothingToTrainError, StageInputError
-from swerl.train.config import LossConfig, TorchTrainerConfig, TrainerConfig, TrainerSettings
+from swerl.train.config import LossConfig, TrainerConfig, TrainerSettings
 from swerl.util.settings import SeedSettings
+
+if TYPE_CHECKING:
+    from swerl.train.proximal import ProximalPass
 
 
 # The paper's presets: RFT at 5e-6, cosine, 10 warm-up steps (batch 64 there); DAPO at 1e-6, constant, batch 128.
@@ -145,7 +148,7 @@ def trainer_config(stage: TrainCommon, objective: str, total_steps: int, loss: L
 
 
 def _train(stage: TrainCommon, rows, config: TrainerConfig, spec: dict, extra: dict[str, float],
-           on_start: OnStart | None, on_step: OnStep | None) -> TrainOutcome:
+           on_start: OnStart | None, on_step: OnStep | None, proximal: ProximalPass | None = None) -> TrainOutcome:
     from swerl.train import data
     from swerl.train.run import RunMismatchError, RunResult, train_run
 
@@ -161,9 +164,11 @@ def _train(stage: TrainCommon, rows, config: TrainerConfig, spec: dict, extra: d
         spec["target_kl"] = t.target_kl
     try:
         result: RunResult = train_run(
-            stage.model, config, stage.out, lambda e: data.epoch_batches(rows, t.batch_size, stage.seed, e), t.epochs,
+            stage.model, config, stage.out,
+            lambda e: data.epoch_batches(proximal.rows() if proximal else rows, t.batch_size, stage.seed, e), t.epochs,
             data.steps_per_epoch(len(rows), t.batch_size), spec=spec, iteration=stage.iteration, extra_metrics=extra,
-            keep_last=t.keep_last, save_every=t.save_every, on_start=on_start, on_step=on_step, target_kl=t.target_kl)
+            keep_last=t.keep_last, save_every=t.save_every, on_start=on_start, on_step=on_step, target_kl=t.target_kl,
+            before_training=proximal)
     except RunMismatchError as e:
         raise StageInputError(str(e)) from e
     if result.stopped_kl is not None:  # the update ended early: say where, beside the data figures
@@ -236,13 +241,13 @@ def train_dapo(stage: DAPOStage, on_start: OnStart | None = None, on_step: OnSte
             f"rewards are equal), {a.n_excluded} are masked or dropped by the limit/error policies")
     config = trainer_config(stage, "dapo", stage.train.epochs * data.steps_per_epoch(len(d.rows), stage.train.batch_size),
                             stage.loss)
-    rows, figures = d.rows, d.summary()
+    rows, figures, proximal = d.rows, d.summary(), None
     if split is not None:
-        rows = _with_proximal(stage, rows, split.staleness, config)
+        proximal = _proximal(stage, rows, split.staleness)
         figures |= {"stale_dropped": float(len(split.dropped)), "staleness_mean": split.mean()}
         if on_data and split.dropped:
             on_data(f"{len(split.dropped)} trajectory(ies) more than {bound} version(s) behind {stage.require_version} left out")
-    return _train(stage, rows, config, dapo_spec(stage), figures, on_start, on_step)
+    return _train(stage, rows, config, dapo_spec(stage), figures, on_start, on_step, proximal)
 
 
 def _within_staleness(stage: DAPOStage, found: Sequence[Trajectory]):
@@ -258,19 +263,11 @@ def _within_staleness(stage: DAPOStage, found: Sequence[Trajectory]):
         raise StageInputError(str(e)) from e
 
 
-def _with_proximal(stage: DAPOStage, rows: list, staleness: dict[str, int], config: TrainerConfig) -> list:
-    """``rows``, each stale one carrying its tokens' log-probs under the update's starting model (kept in the run folder
-    for a resume), computed on the trainer's device in its compute dtype; a row of the start's own data needs none:
-    its sampler was the start."""
-    from dataclasses import replace
+def _proximal(stage: DAPOStage, rows: list, staleness: dict[str, int]):
+    """The proximal pass of the stale rows (their tokens' log-probs under the update's starting model, computed by the
+    update's trainer before its first step and kept in the run folder for a resume); None when every row is the
+    start's own data, whose sampler was the start."""
+    from swerl.train.proximal import ProximalPass
 
-    from swerl.train.proximal import proximal_logprobs
-
-    stale = [r for r in rows if staleness[r.example.trajectory_id] > 0]
-    if not stale:
-        return rows
-    # DeepSpeed's ranks take their local GPU, else the CPU: 'auto' finds the first of those
-    device = config.trainer.device if isinstance(config.trainer, TorchTrainerConfig) else "auto"
-    prox = proximal_logprobs(stage.model, stale, stage.out, chunk_size=stage.train.logprob_chunk_size, device=device,
-                             dtype=config.dtype)
-    return [replace(r, prox_logprobs=prox[r.example.trajectory_id]) if r.example.trajectory_id in prox else r for r in rows]
+    stale = {r.example.trajectory_id for r in rows if staleness[r.example.trajectory_id] > 0}
+    return ProximalPass(rows, stale, stage.out) if stale else None

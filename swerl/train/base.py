@@ -160,6 +160,9 @@ class Trainer(Protocol):
     ``save(out)`` writes ``out`` atomically: a Hugging Face model folder that engines load
     (``HFEngine(HFEngineConfig(model=out))``, ``engine.load_weights(out, version)``) plus ``out/trainer_state``;
     ``load(out)`` restores weights, optimiser, step, RNG and the caller's position exactly.
+    ``action_logprobs(batch)`` gives each sequence's action-token log-probs under the weights it holds (the layout of
+    ``old_logprobs``), computed as its own forward pass is (device, compute dtype, ZeRO partitions), without a gradient;
+    every process passes the same batch.
     """
 
     config: TrainerConfig
@@ -170,5 +173,7 @@ class Trainer(Protocol):
     def save(self, out: Path, *, iteration: int = 0, data_position: Mapping[str, Any] | None = None) -> Path: ...
 
     def load(self, checkpoint: Path) -> ResumeState: ...
+
+    def action_logprobs(self, batch: TrainBatch) -> list[torch.Tensor]: ...
 
     def close(self) -> None: ...

@@ -31,8 +31,8 @@ import torch
 from swerl.train import checkpoint as ckpt
 from swerl.train.attention import attention_implementation
 from swerl.train.base import DeepSpeedTrainerConfig, ResumeState, TrainBatch, TrainerConfig
-from swerl.train.step import (ActionLogprobModel, accumulate_gradients, compute_dtype, finish_metrics, learning_rate,
-                              param_groups, plan_step)
+from swerl.train.step import (ActionLogprobModel, accumulate_gradients, compute_dtype, finish_metrics, forward_logprobs,
+                              learning_rate, param_groups, plan_step)
 
 DEEPSPEED_DIR = "deepspeed"
 DEEPSPEED_TAG = "state"
@@ -137,6 +137,10 @@ class DeepSpeedTrainer:
         grad_norm = float(self.engine.get_global_grad_norm())
         self.step += 1
         return finish_metrics(self._sum_over_processes(sums), grad_norm, lr, time.perf_counter() - start) | {"step": float(self.step)}
+
+    def action_logprobs(self, batch: TrainBatch) -> list[torch.Tensor]:
+        """See ``Trainer``: through the engine (bf16 on a GPU, ZeRO-3 gathering each layer's partitions). Collective."""
+        return forward_logprobs(self.engine, self.policy, batch, self.device)
 
     def _sum_over_processes(self, sums: dict[str, float]) -> dict[str, float]:
         import torch.distributed as dist

@@ -125,6 +125,7 @@ class _Plan:
     save_every: int
     on_step: Callable[[dict[str, Any]], None] | None
     target_kl: float | None
+    before_training: Callable[[Trainer], None] | None = None
 
 
 def _resume_cursor(resumed: Path | None, epochs: int) -> tuple[_Cursor, int, float | None]:
@@ -190,6 +191,8 @@ def _train_epochs(model: str | Path, config: TrainerConfig, resumed: Path | None
     """Train from ``cursor`` to the last epoch (or the target_kl stop) in one trainer, closed on the way out."""
     trainer = make_trainer(model, config)
     try:
+        if plan.before_training is not None:  # the trainer holds the run's starting weights until the load below
+            plan.before_training(trainer)
         if resumed is not None:
             trainer.load(resumed)
         if plan.writer:  # lines of steps after the last checkpoint (or before the first) are redone
@@ -209,7 +212,8 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
               epochs: int, steps_per_epoch: int, *, spec: Mapping[str, Any], iteration: int = 0,
               extra_metrics: Mapping[str, float] | None = None, keep_last: int = 0, save_every: int = 1,
               on_start: Callable[[int, int], None] | None = None,
-              on_step: Callable[[dict[str, Any]], None] | None = None, target_kl: float | None = None) -> RunResult:
+              on_step: Callable[[dict[str, Any]], None] | None = None, target_kl: float | None = None,
+              before_training: Callable[[Trainer], None] | None = None) -> RunResult:
     """Train ``epochs`` epochs of ``batches(epoch)`` (``steps_per_epoch`` each) from ``model``
     into ``out``, resuming what is there. Only the first process (RANK 0) writes the files.
 
@@ -223,6 +227,9 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
     early stop: more passes over the same samples drift off the policy that drew them). That
     epoch's last step is checkpointed as the run's last, its position says so, and a rerun finds
     the run finished.
+
+    ``before_training(trainer)``: called on every process with the trainer on ``model``'s weights, before a resumed
+    checkpoint is loaded and before the first step (the proximal pass of off-policy data).
     """
     if save_every < 1:
         raise ValueError(f"save_every must be at least 1, got {save_every}")
@@ -237,7 +244,8 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
         on_start(done, total)
     result = RunResult(out, done, 0, resumed, None, stopped_kl=stopped_kl)
     if cursor.epoch < epochs:
-        plan = _Plan(out, epochs, total, writer, iteration, extra_metrics, keep_last, save_every, on_step, target_kl)
+        plan = _Plan(out, epochs, total, writer, iteration, extra_metrics, keep_last, save_every, on_step, target_kl,
+                     before_training)
         _train_epochs(model, config, resumed, batches, cursor, plan, result)
     last = latest_checkpoint(out)
     if last is not None and (result.steps >= total or result.stopped_kl is not None):

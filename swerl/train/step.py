@@ -271,6 +271,26 @@ def accumulate_gradients(model: Callable, batch: TrainBatch, plan: StepPlan, cfg
     return sums
 
 
+def forward_logprobs(model: Callable, policy: nn.Module, batch: TrainBatch, device: torch.device,
+                     autocast_dtype: torch.dtype | None = None) -> list[torch.Tensor]:
+    """Each sequence's action-token log-probs under ``model`` (``accumulate_gradients``'s callable; ``policy`` the LM
+    inside it, switched to eval mode meanwhile), one sequence at a time, without a gradient, float32 on the CPU.
+    Under ZeRO-3 each forward is collective: every process passes the same batch and computes all of it."""
+    out = []
+    was_training = policy.training
+    policy.eval()
+    try:
+        with torch.no_grad():
+            for i in range(len(batch)):
+                mb = batch.select([i]).padded(device)
+                with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                    lp, _ = model(mb["input_ids"], mb["attention_mask"], mb["action_mask"])
+                out.append(lp[0].float().cpu())
+    finally:
+        policy.train(was_training)
+    return out
+
+
 def finish_metrics(sums: dict[str, float], grad_norm: float, lr: float, seconds: float) -> dict[str, float]:
     """Step metrics from the (process-reduced) sums of ``accumulate_gradients``."""
     n = max(sums["action_tokens"], 1.0)

@@ -18,7 +18,8 @@ from swerl.train import checkpoint as ckpt
 from swerl.train.attention import attention_implementation
 from swerl.train.base import ResumeState, TrainBatch, TrainerConfig
 from swerl.train.step import (ActionLogprobModel, accumulate_gradients, checkpoint_decoder_layers, clip_grad_norm,
-                              compile_decoder_layers, compute_dtype, finish_metrics, learning_rate, param_groups, plan_step, resolve_device)
+                              compile_decoder_layers, compute_dtype, finish_metrics, forward_logprobs, learning_rate, param_groups,
+                              plan_step, resolve_device)
 
 OPTIMIZER_FILE = "optimizer.pt"
 
@@ -52,6 +53,10 @@ class TorchTrainer:
         self.optimizer = torch.optim.AdamW(param_groups(self.policy, opt.weight_decay), lr=opt.lr, betas=opt.betas,
                                            eps=opt.adam_eps, fused=self.device.type == "cuda" or None)
         self.step = 0
+
+    def action_logprobs(self, batch: TrainBatch) -> list[torch.Tensor]:
+        """See ``Trainer``: on this trainer's device, under its autocast."""
+        return forward_logprobs(self.model, self.policy, batch, self.device, self.autocast_dtype)
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         """One optimiser step over ``batch``; returns its metrics."""

@@ -35,11 +35,11 @@ def store(tiny_model_dir, tok, tmp_path_factory):
     return folder
 
 
-def stage(store, model, out, max_staleness: int, dtype: str = "auto") -> DAPOStage:
+def stage(store, model, out, max_staleness: int, dtype: str = "auto", trainer: dict | None = None) -> DAPOStage:
     return DAPOStage(trajectories=[store], model=str(model), out=out, require_version=START, iteration=2,
                      off_policy=OffPolicyConfig(max_staleness=max_staleness), reward={"length_penalty": False},
                      train={"epochs": 1, "batch_size": 4, "optimizer": {"lr": 1e-3, "warmup_steps": 0}, "dtype": dtype,
-                            "trainer": {"backend": "torch", "device": "cpu"}, "max_tokens_per_microbatch": 512})
+                            "trainer": trainer or {"backend": "torch", "device": "cpu"}, "max_tokens_per_microbatch": 512})
 
 
 def test_stale_data_within_the_bound_trains_against_the_start_s_own_log_probs(store, trained_checkpoint, tmp_path):
@@ -90,3 +90,28 @@ def test_the_proximal_pass_computes_in_the_trainers_own_dtype(store, trained_che
     assert sorted(half) == sorted(exact) == ["a/0", "a/1"]
     for tid in exact:
         assert half[tid] == pytest.approx(exact[tid], rel=0.1, abs=0.01) and half[tid] != pytest.approx(exact[tid], abs=1e-5)
+
+
+def test_a_zero3_trainer_computes_the_proximal_pass_through_its_partitions(store, trained_checkpoint, tmp_path):
+    """DeepSpeed ZeRO-3 (one process on the CPU, in a process of its own as DeepSpeed's process group wants) computes
+    the proximal log-probs with its partitioned model before its first step: those of the float32 torch pass."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exact = json.loads((train_dapo(stage(store, trained_checkpoint, tmp_path / "torch", 1, "float32")).out / PROX_FILE)
+                       .read_text())
+    zero3 = stage(store, trained_checkpoint, tmp_path / "zero3", 1, "float32", {"backend": "deepspeed", "zero_stage": 3})
+    (tmp_path / "stage.json").write_text(zero3.model_dump_json())
+    code = ("import sys; from swerl.stages.train import DAPOStage, train_dapo; "
+            "train_dapo(DAPOStage.model_validate_json(open(sys.argv[1]).read()))")
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR",
+                                                                str(Path.home() / ".cache/swerl/torch_extensions"))}
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "stage.json")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    sharded = json.loads((tmp_path / "zero3" / PROX_FILE).read_text())
+    assert sorted(sharded) == sorted(exact) == ["a/0", "a/1"]
+    for tid in exact:
+        assert sharded[tid] == pytest.approx(exact[tid], abs=1e-5)
