@@ -1,8 +1,11 @@
 """How far behind the policy being trained the data is: a version's place in the pipeline, a trajectory's
 staleness, and the bound an off-policy update holds to.
 
-The pipeline's policies follow one another: the starting policy (``0``, or ``warm-start``), then ``rft``,
-then ``dapo-1``, ``dapo-2``, ... A trajectory sampled by ``dapo-1`` and trained on by the update that starts
+Staleness counts DAPO updates. The pipeline's policies follow one another: the starting policy (``0``, or
+``warm-start``), then ``rft``, then ``dapo-1``, ``dapo-2``, ... The policies before DAPO are one place in that
+order, DAPO's start (0): whichever of them is last is the one DAPO's first iteration starts from, and no DAPO
+rollout samples the others, so a pipeline without RFT counts ``0`` -> ``dapo-1`` as one update, as one with it
+counts ``rft`` -> ``dapo-1``. A trajectory sampled by ``dapo-1`` and trained on by the update that starts
 from ``dapo-2`` is one version behind: staleness 1. Synchronous DAPO trains only on staleness 0; an
 asynchronous run samples iteration k+1 while iteration k trains, and trains on data at most
 ``max_staleness`` versions behind, with the truncated importance weight of ``swerl.rl.loss`` correcting
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from swerl.agent.trajectory import Trajectory
 
 _DAPO = re.compile(r"^dapo-([1-9][0-9]*)$")
-_FIXED = {"0": 0, "warm-start": 0, "rft": 1}
+_FIXED = {"0": 0, "warm-start": 0, "rft": 0}  # DAPO's start, whichever it is
 
 
 class StalenessError(ValueError):
@@ -27,8 +30,8 @@ class StalenessError(ValueError):
 
 
 def version_index(version: str) -> int:
-    """The version's place in the pipeline's order: ``0`` and ``warm-start`` 0, ``rft`` 1, ``dapo-k`` 1 + k
-    (the MLflow step of the stage that made it)."""
+    """The version's place in the pipeline's order, in DAPO updates: ``0``, ``warm-start`` and ``rft`` 0 (DAPO's
+    start), ``dapo-k`` k."""
     if version in _FIXED:
         return _FIXED[version]
     match = _DAPO.match(version)
@@ -36,7 +39,7 @@ def version_index(version: str) -> int:
         raise StalenessError(f"policy version {version!r} has no place in the pipeline's order (0, warm-start, rft, "
                              "dapo-k), so its staleness is unknown; an off-policy update trains only on the pipeline's "
                              "own versions")
-    return 1 + int(match.group(1))
+    return int(match.group(1))
 
 
 def staleness(trajectory: Trajectory, update_start: str) -> int:

@@ -64,7 +64,8 @@ def newest(feed: Path) -> FeedEntry | None:
         try:
             entry = json.loads(line)
             found = FeedEntry(entry["version"], Path(entry["checkpoint"]))
-            if best is None or version_index(found.version) > version_index(best.version):
+            # ties (the policies before DAPO share a place): the one announced last
+            if best is None or version_index(found.version) >= version_index(best.version):
                 best = found
         except (ValueError, KeyError, TypeError):
             continue

@@ -17,8 +17,15 @@ def sampled(iid: str, version: str, turn_versions: tuple[str, ...] = ()):
     return t
 
 
-def test_the_pipeline_s_versions_in_order():
-    assert [version_index(v) for v in ("0", "warm-start", "rft", "dapo-1", "dapo-2", "dapo-10")] == [0, 0, 1, 2, 3, 11]
+def test_the_pipeline_s_versions_in_order_counted_in_dapo_updates():
+    assert [version_index(v) for v in ("0", "warm-start", "rft", "dapo-1", "dapo-2", "dapo-10")] == [0, 0, 0, 1, 2, 10]
+
+
+def test_dapo_s_first_update_is_one_version_after_its_start_with_or_without_rft():
+    # a pipeline with RFT starts DAPO from rft; one without, from the starting policy (an ablation from an RFT
+    # checkpoint): iteration 2 sampled by the start beside iteration 1's update is one version behind either way
+    assert staleness(sampled("a", "rft"), "dapo-1") == staleness(sampled("a", "0"), "dapo-1") == 1
+    assert staleness(sampled("a", "warm-start"), "dapo-1") == 1
 
 
 @pytest.mark.parametrize("version", ["", "champion", "dapo-0", "dapo-x", "iter-1"])

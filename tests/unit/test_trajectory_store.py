@@ -55,20 +55,21 @@ def _sampled(iid: str, *versions: str, staleness: int | None) -> Trajectory:
 
 
 def test_restamping_counts_staleness_again_from_where_the_update_really_starts_and_keeps_the_rest(tmp_path):
-    # sampled beside dapo-1's update, stamped against dapo-1; dapo-1 trained nothing, so the update starts from rft
+    # sampled beside iteration 2's update, stamped against dapo-2; iteration 2 trained nothing, so the update
+    # that trains on them starts from dapo-1
     store = TrajectoryStore(tmp_path)
-    store.append(_sampled("a", "rft", staleness=1))
-    store.append(_sampled("b", "rft", "rft", staleness=1))
-    store.append(_sampled("c", "0", "rft", staleness=2))
-    store.append(_sampled("d", "rft", staleness=None))  # a rollout that named no update is left as it is
-    assert store.restamp_staleness("rft") == 3
+    store.append(_sampled("a", "dapo-1", staleness=1))
+    store.append(_sampled("b", "dapo-1", "dapo-1", staleness=1))
+    store.append(_sampled("c", "rft", "dapo-1", staleness=2))
+    store.append(_sampled("d", "dapo-1", staleness=None))  # a rollout that named no update is left as it is
+    assert store.restamp_staleness("dapo-1") == 3
     assert [(t.trajectory_id, t.staleness) for t in store.trajectories()] == [("a/0", 0), ("b/0", 0), ("c/0", 1), ("d/0", None)]
     assert len(store.parts()) == 1
     before = store.parts()
-    assert store.restamp_staleness("rft") == 0 and store.parts() == before  # again: nothing to change, nothing written
+    assert store.restamp_staleness("dapo-1") == 0 and store.parts() == before  # again: nothing to change, nothing written
 
 
 def test_restamping_leaves_versions_out_of_the_pipelines_order_for_the_update_to_refuse(tmp_path):
     store = TrajectoryStore(tmp_path)
     store.append(_sampled("a", "best", staleness=0))
-    assert store.restamp_staleness("rft") == 0 and store.trajectories()[0].staleness == 0
+    assert store.restamp_staleness("dapo-1") == 0 and store.trajectories()[0].staleness == 0
