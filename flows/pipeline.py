@@ -405,9 +405,8 @@ class PipelineRun:
         return lambda r: eval_facts(name, r.model_dump(), behaviour_in(self.run_dir / "eval" / name / "trajectories"))
 
     def explain_training(self, s: TrainStep, start: PolicyRef) -> Callable[[StageResult], StageFacts]:
-        sampler = sampler_words(s.engine, start.policy_version)
         # the training task measured the behaviour where it read the rollout; an older ledger's entry has none
-        return lambda r: train_facts(s.name, r.model_dump(), sampler,
+        return lambda r: train_facts(s.name, r.model_dump(), sampler_words(s.engine, start.policy_version, r.sampled_by),
                                      r.behaviour or behaviour_in(self.run_dir / s.name / "rollout" / "trajectories"))
 
     def add_row(self, s: EvalStep, policy: PolicyRef, evaluated: EvalResult, before: StageResult | None) -> None:

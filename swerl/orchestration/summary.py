@@ -77,9 +77,14 @@ def behaviour_words(b: Behaviour) -> str:
     return "; ".join(words)
 
 
-def sampler_words(engine: str, policy_version: str) -> str:
-    """Who produced a stage's trajectories."""
-    return SCRIPTED if engine == "scripted" else f"policy {policy_version}"
+def sampler_words(engine: str, policy_version: str, sampled_by: Mapping[str, int] | None = None) -> str:
+    """Who produced a stage's trajectories: its policy, or (an asynchronous iteration's rollouts, which began on the
+    policy before and loaded the new one when it landed) each policy that sampled first turns, with how many."""
+    if engine == "scripted":
+        return SCRIPTED
+    if sampled_by and set(sampled_by) != {policy_version}:
+        return "policies " + " and ".join(f"{version} ({n})" for version, n in sampled_by.items())
+    return f"policy {policy_version}"
 
 
 @dataclass(frozen=True)

@@ -300,3 +300,9 @@ def test_what_an_evaluation_did_to_the_champion_and_why():
     assert promotion_words(True, "2", 0.1, ("1", 0.25), True, force=True) == (
         "champion moved: version 1 (Pass@1 25.0%) -> version 2 (Pass@1 10.0%, forced)")
     assert promotion_words(True, "1", 0.3, ("1", 0.25), True) == "champion is this version (Pass@1 now 30.0%)"
+
+
+def test_an_asynchronous_iteration_names_each_policy_that_began_its_trajectories():
+    assert sampler_words("hf", "dapo-1", {"rft": 312, "dapo-1": 88}) == "policies rft (312) and dapo-1 (88)"
+    assert sampler_words("hf", "dapo-1", {"dapo-1": 400}) == sampler_words("hf", "dapo-1") == "policy dapo-1"
+    assert sampler_words("scripted", "0", {"0": 4}) == "the scripted policy (gold-patch replays)"
