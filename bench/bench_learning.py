@@ -1,6 +1,8 @@
 """The learning curve: held-out Pass@1 after each stage, per seed, with the GRPO-style ablation.
 
     .venv/bin/python bench/bench_learning.py [--params deployments/learning.yaml] [--seeds 0 1 2] [--ablations grpo grpo-cap | --no-ablation]
+        [--start swerl/models/resources/tiny-warm-s0]
+    .venv/bin/python bench/bench_learning.py --params 'deployments/prefect.yaml#pipeline' --seeds 0 --ablations async
 
 For each seed, runs the pipeline flow of ``--params`` from scratch: the seed draws its own
 curriculum, tiny model, warm start and sampling (``--shared-start``: later seeds reuse the first
@@ -17,9 +19,18 @@ paper's loss, as GRPO has it, "grpo-cap" with the recipe's ``neg_prob_cap``) and
 DAPO's lead over each at the last iteration is then averaged over the seeds, its SE combined
 from each seed's paired SE. Last, the learning proof's bar, met or not: each seed's two rises
 above 3 SE paired over tasks and the whole seed (preparation included) under 30 minutes, and
-DAPO's lead over the first ablation named (``--ablations``, "grpo" by default), averaged over
+DAPO's lead over the first GRPO-style ablation named (``--ablations``, "grpo" by default), averaged over
 every seed, above 2 SE. Every figure comes from real rollouts graded in real
 sandboxes; reruns resume (finished stages are skipped).
+
+The "async" ablation is the same DAPO with iteration k+1 sampled while iteration k trains
+(``dapo.off_policy.max_staleness`` 1): then each DAPO iteration's wall time is printed with where it went
+(sampling, grading, training, waiting, and the sampling hidden beside other work; ``IterationTimes``), the
+DAPO iterations and their evaluations end to end for both schedules, and the async bar: its rise from RFT
+above 3 SE paired over tasks on each seed, and async - DAPO at the last iteration within 2 SE averaged over
+the seeds. ``--start`` starts every seed from one policy (no warm start; the shipped
+``swerl/models/resources/tiny-warm-s0`` is the warm start ``deployments/warm-start.yaml`` makes), and
+``--params 'deployments/prefect.yaml#pipeline'`` takes the main job's recipe.
 """
 
 from __future__ import annotations
@@ -299,9 +310,23 @@ def _async_verdict(results: dict, *, rise_se: float = 3.0, noise_se: float = 2.0
     return lines + [f"async: {'met' if passed else 'NOT met'}"]
 
 
+def recipe(spec: str) -> dict[str, Any]:
+    """The pipeline parameters in ``spec``: a YAML file of them, or ``prefect.yaml#<deployment>``'s ``params``."""
+    path, _, deployment = spec.partition("#")
+    data = yaml.safe_load(Path(path).read_text())
+    if not deployment:
+        return data
+    found = [d for d in data.get("deployments", []) if d.get("name") == deployment]
+    if not found:
+        raise SystemExit(f"{path} has no deployment named {deployment!r}: {[d.get('name') for d in data.get('deployments', [])]}")
+    return {**found[0]["parameters"]["params"], "name": deployment}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--params", type=Path, default=ROOT / "deployments/learning.yaml")
+    ap.add_argument("--params", default=str(ROOT / "deployments/learning.yaml"),
+                    help="a pipeline's parameters (YAML), or a Prefect deployment's: deployments/prefect.yaml#pipeline "
+                         "(the main job's recipe)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--ablations", nargs="*", choices=sorted(ABLATIONS), default=["grpo", "grpo-cap"],
                     help="GRPO-style ablations to run from each seed's RFT policy; the first is the one the bar compares "
@@ -326,7 +351,7 @@ def main() -> None:
     from flows.pipeline import pipeline
     from swerl.orchestration.params import PipelineParams
 
-    base = yaml.safe_load(args.params.read_text())
+    base = recipe(args.params)
     results = {}
     shared_start: str | None = str(args.start.resolve()) if args.start else None
     for seed in args.seeds:
