@@ -55,3 +55,19 @@ def test_an_ablation_starts_from_the_seeds_rft_policy_and_changes_nothing_else(b
     assert (run.dapo.iterations, run.dapo.group_size, run.dapo.train, run.dapo.reward) == (
         seed_run.dapo.iterations, seed_run.dapo.group_size, seed_run.dapo.train, seed_run.dapo.reward)
     assert run.sampler == seed_run.sampler and run.eval.runs == seed_run.eval.runs
+
+
+def test_async_changes_the_schedule_alone_the_update_stays_the_recipes(bench, seed_run):
+    run = bench.ablation(seed_run, "async")
+    assert run.dapo.off_policy.max_staleness == 1 and seed_run.dapo.off_policy.max_staleness == 0
+    assert run.dapo.loss == seed_run.dapo.loss and run.dapo.drop_zero_advantage == seed_run.dapo.drop_zero_advantage
+    assert run.name == "learning-s0-ablation-async" and run.rft.enabled is False
+
+
+def test_the_main_jobs_recipe_is_read_from_its_deployment(bench):
+    data = bench.recipe(f"{ROOT / 'deployments' / 'prefect.yaml'}#pipeline")
+    params = PipelineParams.model_validate(data)
+    assert (params.name, params.model, params.eval.runs, params.dapo.iterations) == (
+        "pipeline", "swerl/models/resources/tiny-warm-s0", 2, 2)
+    with pytest.raises(SystemExit, match="no deployment named 'nightly'"):
+        bench.recipe(f"{ROOT / 'deployments' / 'prefect.yaml'}#nightly")
