@@ -38,6 +38,16 @@ def _sample(objective: Objective, tasks: Path, model: str, out: Path, repos: Pat
     return SampledIteration(run_id=run_id, rolled=rolled, policy_version=policy_version, trains_from=trains_from)
 
 
+def _recount_staleness(name: str, sampled: SampledIteration, policy_version: str) -> None:
+    """When the iteration before trained nothing, this update starts from ``policy_version``, not the version its
+    rollouts were told: their stored staleness is counted again from here."""
+    if sampled.trains_from in (None, policy_version):
+        return
+    restamped = TrajectoryStore(sampled.rolled.store).restamp_staleness(policy_version)
+    print(f"{name} starts from {policy_version}, not {sampled.trains_from} as planned when its rollouts began: "
+          f"{restamped} trajectories' staleness counted again from {policy_version}")
+
+
 @flow(name="sample_iteration", log_prints=True, **HOOKS)
 def sample_iteration(objective: Objective, tasks: Path, model: str, out: Path, repos: Path | None = None,
                      policy_version: str = "0", sampler: SamplerParams = SamplerParams(),
@@ -72,10 +82,7 @@ def train_iteration(objective: Objective, tasks: Path, model: str, out: Path, re
         sampled = sampled.model_copy(update={"seconds": time.monotonic() - t0})
         waited_s = sampled.seconds
     name, run_id, rolled = objective.name, sampled.run_id, sampled.rolled
-    if sampled.trains_from not in (None, policy_version):  # the iteration before trained nothing: count from here
-        restamped = TrajectoryStore(rolled.store).restamp_staleness(policy_version)
-        print(f"{name} starts from {policy_version}, not {sampled.trains_from} as planned when its rollouts began: "
-              f"{restamped} trajectories' staleness counted again from {policy_version}")
+    _recount_staleness(name, sampled, policy_version)
     seed = objective.seed_of(seed)
     train_stage = objective.stage_config(rolled.store, model, out / "train", seed, policy_version)
     task = train_rft_task if isinstance(objective, RFTIteration) else train_dapo_task
