@@ -107,21 +107,31 @@ def _iteration(folder: Path, ledger: dict, concurrency: int, grading_each: float
     summary = _json(folder / "rollout" / "summary.json")
     result = ledger.get(folder.name, {}).get("result") or {}
     seconds, times = result.get("seconds"), result.get("times")
-    if any(r["grading_s"] for r in rows) and times:
-        return {"sampling": sampling, "generation": [min(r["generation_s"], s) for r, s in zip(rows, sampling)],
-                "grading": [r["grading_s"] or 0.0 for r in rows], "train_s": times["training_s"],
-                "train_from": "the update's recorded wall time"}
-    if seconds is not None and summary:
-        train_s, train_from = seconds - summary["wall_s"], "ledger seconds less the rollout's wall"
+    if any(r["grading_s"] for r in rows) and times:  # recorded by the run
+        grading, train_s, train_from = [r["grading_s"] or 0.0 for r in rows], times["training_s"], "the update's recorded wall time"
     else:
-        steps = [json.loads(x) for x in (folder / "train" / "metrics.jsonl").read_text().splitlines() if x.strip()]
-        train_s, train_from = sum(s.get("step_seconds", 0.0) for s in steps), "the steps' seconds"
-    runs = summary.get("grades_run", 0)
-    if grading_each is None and runs:  # what the slots held beyond the trajectories, spread over the gradings run
-        grading_each = max(0.0, summary["wall_s"] * concurrency - sum(sampling)) / runs
-    grading = [grading_each or 0.0] * min(runs, len(rows)) + [0.0] * (len(rows) - min(runs, len(rows)))
+        train_s, train_from = _estimated_update(folder, seconds, summary)
+        grading = _estimated_grading(summary, sampling, concurrency, grading_each)
     return {"sampling": sampling, "generation": [min(r["generation_s"], s) for r, s in zip(rows, sampling)],
             "grading": grading, "train_s": max(train_s, 0.0), "train_from": train_from}
+
+
+def _estimated_update(folder: Path, seconds: float | None, summary: dict) -> tuple[float, str]:
+    """An update's seconds from a run that did not record them: its ledger entry less the rollout, else its steps'."""
+    if seconds is not None and summary:
+        return seconds - summary["wall_s"], "ledger seconds less the rollout's wall"
+    steps = [json.loads(x) for x in (folder / "train" / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return sum(s.get("step_seconds", 0.0) for s in steps), "the steps' seconds"
+
+
+def _estimated_grading(summary: dict, sampling: list[float], concurrency: int, grading_each: float | None) -> list[float]:
+    """Each trajectory's grading from a run that did not record it: ``grading_each`` for as many as were graded in a
+    sandbox, else what the slots held beyond the trajectories, spread over the gradings run."""
+    runs = summary.get("grades_run", 0)
+    if grading_each is None and runs:
+        grading_each = max(0.0, summary["wall_s"] * concurrency - sum(sampling)) / runs
+    graded = min(runs, len(sampling))
+    return [grading_each or 0.0] * graded + [0.0] * (len(sampling) - graded)
 
 
 def run_times(run_dir: Path, reload_s: float) -> tuple[StageTimes, int, str]:

@@ -139,4 +139,3 @@ def display_rows(rows: Sequence[Mapping[str, Any]], runs: int | None = None) -> 
             "" if row.get("seconds") is None else f"{row['seconds']:.0f} s",
         ), strict=True)))
     return out
-

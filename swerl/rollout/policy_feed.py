@@ -9,9 +9,9 @@ policy and records it (``Turn.policy_version``); a trajectory that spans a reloa
 policy server, Dask workers' chunks: ``SharedServerEngine``), the first client to see the new policy reloads it and
 the others find it served (``ensure_policy``): one reload per policy. Until a client sees it, its turns keep the older
 label: a turn is never labelled newer than the weights that sampled it, so staleness is never under-counted; and a
-following rollout starts from the feed's newest policy, never moving the server back (``starting_policy``). A reload that fails leaves the engine on its old weights: the rollout
-goes on, its data older than it could be (an off-policy update drops what is beyond its bound), and the failure is
-counted, never silent.
+following rollout starts from the feed's newest policy, never moving the server back (``starting_policy``). A
+reload that fails leaves the engine on its old weights: the rollout goes on, its data older than it could be (an
+off-policy update drops what is beyond its bound), and the failure is counted, never silent.
 
 A file, not a queue: a Dask worker on another host reads it from the run folder like the rest of the run's data,
 and a resumed run finds the policies an earlier attempt announced.

@@ -140,7 +140,7 @@ class DeepSpeedTrainer:
 
     def action_logprobs(self, batch: TrainBatch) -> list[torch.Tensor]:
         """See ``Trainer``: through the engine (bf16 on a GPU, ZeRO-3 gathering each layer's partitions). Collective."""
-        return forward_logprobs(self.engine, self.policy, batch, self.device)
+        return forward_logprobs(self.engine, self.policy, batch, self.config, self.device)
 
     def _sum_over_processes(self, sums: dict[str, float]) -> dict[str, float]:
         import torch.distributed as dist

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from swerl.train.base import Trainer
 from swerl.train.data import Row, to_batch
+from swerl.train.run import first_process
 
 PROX_FILE = "proximal_logprobs.json"
 
@@ -30,7 +31,6 @@ class ProximalPass:
     def __init__(self, rows: Sequence[Row], stale: set[str], out: Path) -> None:
         self._rows, self.stale, self.path = list(rows), set(stale), Path(out) / PROX_FILE
         self.values: dict[str, list[float]] | None = self._kept()
-        self.computed = False  # whether this call computed them (False: read back, or not yet run)
 
     def _kept(self) -> dict[str, list[float]] | None:
         if not self.path.is_file():
@@ -45,8 +45,7 @@ class ProximalPass:
         stale = [r for r in self._rows if r.example.trajectory_id in self.stale]
         logprobs = trainer.action_logprobs(to_batch(stale)) if stale else []
         self.values = {r.example.trajectory_id: [float(x) for x in lp] for r, lp in zip(stale, logprobs)}
-        self.computed = True
-        if int(os.environ.get("RANK", "0")) == 0:
+        if first_process():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(f".tmp{os.getpid()}")
             tmp.write_text(json.dumps(self.values), encoding="utf-8")

@@ -236,7 +236,7 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     total = epochs * steps_per_epoch
-    writer = _rank0()
+    writer = first_process()
     _check_run(out, {**spec, "epochs": epochs, "steps_per_epoch": steps_per_epoch}, writer)
     resumed = latest_checkpoint(out)
     cursor, done, stopped_kl = _resume_cursor(resumed, epochs)
@@ -253,5 +253,6 @@ def train_run(model: str | Path, config: TrainerConfig, out: Path, batches: Call
     return result
 
 
-def _rank0() -> bool:
+def first_process() -> bool:
+    """Whether this process writes a run's files (RANK 0, or no launcher)."""
     return int(os.environ.get("RANK", "0")) == 0

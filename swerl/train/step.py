@@ -238,6 +238,12 @@ def _microbatch(batch: TrainBatch, indices: list[int], device: torch.device) -> 
     return mb
 
 
+def attention_kernels(cfg: TrainerConfig, device: torch.device):
+    """The attention kernels the trainer's passes run on (``cfg.cudnn_attention``): every forward and backward of one
+    trainer picks the same, so checkpointed layers recompute what their forward computed."""
+    return cudnn_first(device) if cfg.cudnn_attention else sdpa_without_cudnn(device)
+
+
 def accumulate_gradients(model: Callable, batch: TrainBatch, plan: StepPlan, cfg: TrainerConfig,
                          backward: Callable[[torch.Tensor], None], device: torch.device,
                          autocast_dtype: torch.dtype | None = None) -> dict[str, float]:
@@ -254,7 +260,7 @@ def accumulate_gradients(model: Callable, batch: TrainBatch, plan: StepPlan, cfg
     for indices in plan.microbatches:
         mb = _microbatch(batch, indices, device)
         # backward too: checkpointed layers recompute their attention there, and must pick the same kernel
-        with cudnn_first(device) if cfg.cudnn_attention else sdpa_without_cudnn(device):
+        with attention_kernels(cfg, device):
             with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
                 lp, ent = model(mb["input_ids"], mb["attention_mask"], mb["logprob_mask"])
             loss, metrics = objective(lp, ent, mb, cfg, plan.norm_tokens, plan.norm_sequences)
@@ -271,16 +277,17 @@ def accumulate_gradients(model: Callable, batch: TrainBatch, plan: StepPlan, cfg
     return sums
 
 
-def forward_logprobs(model: Callable, policy: nn.Module, batch: TrainBatch, device: torch.device,
+def forward_logprobs(model: Callable, policy: nn.Module, batch: TrainBatch, cfg: TrainerConfig, device: torch.device,
                      autocast_dtype: torch.dtype | None = None) -> list[torch.Tensor]:
     """Each sequence's action-token log-probs under ``model`` (``accumulate_gradients``'s callable; ``policy`` the LM
-    inside it, switched to eval mode meanwhile), one sequence at a time, without a gradient, float32 on the CPU.
+    inside it, switched to eval mode meanwhile), one sequence at a time, without a gradient, float32 on the CPU, on
+    the attention kernels the trainer's steps use.
     Under ZeRO-3 each forward is collective: every process passes the same batch and computes all of it."""
     out = []
     was_training = policy.training
     policy.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), attention_kernels(cfg, device):
             for i in range(len(batch)):
                 mb = batch.select([i]).padded(device)
                 with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):

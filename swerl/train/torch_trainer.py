@@ -56,7 +56,7 @@ class TorchTrainer:
 
     def action_logprobs(self, batch: TrainBatch) -> list[torch.Tensor]:
         """See ``Trainer``: on this trainer's device, under its autocast."""
-        return forward_logprobs(self.model, self.policy, batch, self.device, self.autocast_dtype)
+        return forward_logprobs(self.model, self.policy, batch, self.config, self.device, self.autocast_dtype)
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         """One optimiser step over ``batch``; returns its metrics."""
