@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _shutdown(code: int) -> None:
+def shutdown(code: int) -> None:
     """Leave the process group cleanly, then exit without C++ static teardown.
 
     Under torchrun a rank sometimes aborted at interpreter exit ("terminate called without
@@ -73,4 +73,4 @@ def _shutdown(code: int) -> None:
 
 
 if __name__ == "__main__":
-    _shutdown(main())
+    shutdown(main())

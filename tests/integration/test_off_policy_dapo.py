@@ -5,6 +5,7 @@ and counted, the proximal log-probs are kept for a resume, and a synchronous upd
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from swerl.train.proximal import PROX_FILE
 
 pytestmark = pytest.mark.slow
 
+ZERO3 = {"backend": "deepspeed", "zero_stage": 3}
 START = "dapo-2"  # the update starts from the moved checkpoint; the data was sampled by the tiny model
 
 
@@ -35,11 +37,29 @@ def store(tiny_model_dir, tok, tmp_path_factory):
     return folder
 
 
-def stage(store, model, out, max_staleness: int, dtype: str = "auto", trainer: dict | None = None) -> DAPOStage:
+def stage(store, model, out, max_staleness: int, dtype: str = "auto", trainer: dict | None = None, **train) -> DAPOStage:
     return DAPOStage(trajectories=[store], model=str(model), out=out, require_version=START, iteration=2,
                      off_policy=OffPolicyConfig(max_staleness=max_staleness), reward={"length_penalty": False},
                      train={"epochs": 1, "batch_size": 4, "optimizer": {"lr": 1e-3, "warmup_steps": 0}, "dtype": dtype,
-                            "trainer": trainer or {"backend": "torch", "device": "cpu"}, "max_tokens_per_microbatch": 512})
+                            "trainer": trainer or {"backend": "torch", "device": "cpu"}, "max_tokens_per_microbatch": 512,
+                            **train})
+
+
+def launched(stage_config: DAPOStage, where: Path, nproc: int = 1) -> None:
+    """Run the update in processes of its own (DeepSpeed's process group wants them): one plain process, or ``nproc``
+    under torchrun, each running ``swerl.stages.train_worker`` on the stage's JSON."""
+    import os
+    import subprocess
+    import sys
+
+    where.write_text(stage_config.model_dump_json())
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)] \
+        if nproc > 1 else [sys.executable]
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR",
+                                                                str(Path.home() / ".cache/swerl/torch_extensions"))}
+    done = subprocess.run([*launcher, "-m", "swerl.stages.train_worker", "dapo", str(where)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
 
 
 def test_stale_data_within_the_bound_trains_against_the_start_s_own_log_probs(store, trained_checkpoint, tmp_path):
@@ -93,25 +113,66 @@ def test_the_proximal_pass_computes_in_the_trainers_own_dtype(store, trained_che
 
 
 def test_a_zero3_trainer_computes_the_proximal_pass_through_its_partitions(store, trained_checkpoint, tmp_path):
-    """DeepSpeed ZeRO-3 (one process on the CPU, in a process of its own as DeepSpeed's process group wants) computes
-    the proximal log-probs with its partitioned model before its first step: those of the float32 torch pass."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
+    """DeepSpeed ZeRO-3 (one process on the CPU) computes the proximal log-probs with its partitioned model before its
+    first step: those of the float32 torch pass."""
     exact = json.loads((train_dapo(stage(store, trained_checkpoint, tmp_path / "torch", 1, "float32")).out / PROX_FILE)
                        .read_text())
-    zero3 = stage(store, trained_checkpoint, tmp_path / "zero3", 1, "float32", {"backend": "deepspeed", "zero_stage": 3})
-    (tmp_path / "stage.json").write_text(zero3.model_dump_json())
-    code = ("import sys; from swerl.stages.train import DAPOStage, train_dapo; "
-            "train_dapo(DAPOStage.model_validate_json(open(sys.argv[1]).read()))")
-    env = {**os.environ, "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR",
-                                                                str(Path.home() / ".cache/swerl/torch_extensions"))}
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "stage.json")], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
+    launched(stage(store, trained_checkpoint, tmp_path / "zero3", 1, "float32", ZERO3), tmp_path / "stage.json")
     sharded = json.loads((tmp_path / "zero3" / PROX_FILE).read_text())
     assert sorted(sharded) == sorted(exact) == ["a/0", "a/1"]
     for tid in exact:
         assert sharded[tid] == pytest.approx(exact[tid], abs=1e-5)
+
+
+def test_two_zero3_processes_each_compute_the_proximal_pass_and_a_resume_reads_it_back(store, trained_checkpoint, tmp_path):
+    """Under torchrun, two ZeRO-3 processes (gloo on the CPU), each row a micro-batch of its own so that both take stale
+    rows: each process computes the proximal log-probs through the partitions before the first step, and the step's
+    loss, importance weights, clipping and gradient norm, reduced over both, are a float32 torch update's. Raising the
+    epochs resumes the run on both processes from its checkpoint: the kept values are read back, not recomputed with
+    the weights trained since, and the second step is an uninterrupted torch run's second step."""
+    from safetensors.torch import load_file
+
+    # adam_eps 1e-6, as tests/integration/test_trainers.py has it: a few weights' gradients are zero in exact arithmetic,
+    # and a smaller eps turns their float noise, which depends on the summation order, into steps of up to lr
+    each_row_alone = {"max_tokens_per_microbatch": 96,
+                      "optimizer": {"lr": 1e-3, "adam_eps": 1e-6, "warmup_steps": 0, "lr_schedule": "constant"}}
+    torch_one, torch_two = (train_dapo(stage(store, trained_checkpoint, tmp_path / f"torch-{n}", 1, "float32", epochs=n,
+                                             **each_row_alone)) for n in (1, 2))
+    out = tmp_path / "zero3-2proc"
+    launched(stage(store, trained_checkpoint, out, 1, "float32", ZERO3, **each_row_alone), tmp_path / "one.json", nproc=2)
+    kept = out / PROX_FILE
+    exact, sharded = (json.loads(path.read_text()) for path in (torch_one.out / PROX_FILE, kept))
+    assert sorted(sharded) == sorted(exact) == ["a/0", "a/1"]
+    for tid in exact:
+        assert sharded[tid] == pytest.approx(exact[tid], abs=1e-5)
+    [first] = steps_of(out)
+    assert first["microbatches"] == 4.0 and first["is_weight_mean"] != 1.0  # both processes' rows, stale ones weighted
+    assert same_step(first, steps_of(torch_one.out)[0], rel=1e-6)
+
+    def gap(a: Path, b: Path) -> float:
+        wa, wb = load_file(a / "final" / "model.safetensors"), load_file(b / "final" / "model.safetensors")
+        return max((wa[k] - wb[k]).abs().max().item() for k in wa)
+
+    # Adam's first step moves a weight by about lr whatever its gradient's size, so the few near-zero gradients
+    # (float noise of the summation order) move apart by a small part of a step: measured 9e-6 of 1.1e-3
+    assert gap(torch_one.out, out) < gap(torch_one.out, torch_two.out) / 10
+    written = kept.stat().st_mtime_ns
+    launched(stage(store, trained_checkpoint, out, 1, "float32", ZERO3, epochs=2, **each_row_alone), tmp_path / "two.json",
+             nproc=2)
+    assert kept.stat().st_mtime_ns == written  # read back on both processes, not computed again
+    resumed, reference = steps_of(out), steps_of(torch_two.out)
+    assert [m["step"] for m in resumed] == [1, 2]
+    # the weights step 1 left differ a little (above), so the second step agrees a little less closely
+    assert same_step(resumed[1], reference[1], rel=1e-4)
+    assert resumed[1]["is_weight_mean"] == pytest.approx(first["is_weight_mean"], rel=1e-12)  # the start's, kept
+
+
+def steps_of(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def same_step(a: dict, b: dict, rel: float) -> bool:
+    """Whether two steps' loss, importance weights, clipping and gradient norm agree within ``rel``."""
+    keys = ("loss", "is_weight_mean", "is_truncated_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "approx_kl",
+            "grad_norm")
+    return {k: a[k] for k in keys} == pytest.approx({k: b[k] for k in keys}, rel=rel)
