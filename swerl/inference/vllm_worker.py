@@ -10,6 +10,8 @@ from __future__ import annotations
 RELOAD = "swerl_reload_weights"
 SET_EAGER = "swerl_set_eager"
 SERVED = "swerl_served_policy"
+LOCK = "swerl_take_reload_lock"
+UNLOCK = "swerl_drop_reload_lock"
 
 
 class VLLMWorkerExtension:
@@ -35,6 +37,28 @@ class VLLMWorkerExtension:
         """What this worker serves: the checkpoint and policy version of its last complete reload (None for
         both before any reload, or after a reload that failed: its weights are then nobody's)."""
         return dict(getattr(self, "_swerl_served", {"checkpoint": None, "version": None, "reloads": 0}))
+
+    def swerl_take_reload_lock(self, owner: str, ttl_s: float) -> dict:
+        """Take the server's reload lock for ``owner`` (``taken`` True), or find another client holding it. Every client
+        of a shared server reloads under it, so no client resumes the server while another's reload is under way.
+        vLLM runs these calls one at a time, between model steps, so taking the lock is atomic; a client that died
+        holding it loses it after ``ttl_s`` seconds. A dict: the HTTP endpoint turns anything else into a string."""
+        import time
+
+        now = time.monotonic()
+        held = getattr(self, "_swerl_lock", None)
+        if held is not None and held[0] != owner and held[1] > now:
+            return {"taken": False}
+        self._swerl_lock = (owner, now + float(ttl_s))
+        return {"taken": True}
+
+    def swerl_drop_reload_lock(self, owner: str) -> dict:
+        """Release the reload lock if ``owner`` holds it."""
+        held = getattr(self, "_swerl_lock", None)
+        if held is None or held[0] != owner:
+            return {"dropped": False}
+        self._swerl_lock = None
+        return {"dropped": True}
 
     def swerl_reload_weights(self, weights_path: str, policy_version: str = "") -> None:
         reloads = self.swerl_served_policy()["reloads"]

@@ -193,3 +193,101 @@ def test_a_rollout_stage_on_the_shared_server_samples_its_own_checkpoint(server,
         start = len(traj.prompt_ids)
         ref = torch.tensor([logp[start + i - 1, traj.response_ids[i]].item() for i in sampled])
         assert (ref - torch.tensor([traj.logprobs[i] for i in sampled])).abs().max().item() <= LOGPROB_TOLERANCE
+
+
+def _turn_gaps(traj, models: dict) -> list[dict[str, float]]:
+    """For each sampled turn of ``traj``: its largest |sampled log-prob - a float32 forward pass| under each model."""
+    ids, start = traj.prompt_ids + traj.response_ids, len(traj.prompt_ids)
+    sampled = [i for i, m in enumerate(traj.action_mask) if m]
+    logps = {}
+    with torch.no_grad():
+        for version, model in models.items():
+            logps[version] = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), dim=-1)
+    gaps = []
+    for turn in traj.turns:  # a turn's sampled tokens follow the turns before it
+        mine, sampled = sampled[:turn.n_action_tokens], sampled[turn.n_action_tokens:]
+        if mine:
+            got = torch.tensor([traj.logprobs[i] for i in mine])
+            gaps.append({v: (torch.tensor([lp[start + i - 1, traj.response_ids[i]].item() for i in mine]) - got).abs().max().item()
+                         for v, lp in logps.items()})
+    return gaps
+
+
+def _completed_requests(server) -> float:
+    """How many requests the server has finished (its Prometheus counter, every finish reason)."""
+    import httpx
+
+    text = httpx.get(server.rstrip("/").removesuffix("/v1") + "/metrics", timeout=30).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:request_success_total"))
+
+
+def test_a_reload_landing_mid_rollout_splits_trajectories_between_policies_and_labels_no_turn_newer_than_its_weights(
+        server, checkpoints, tiny_model_dir, demo, demo_tasks, demo_images, tmp_path):
+    """Two chunks of one iteration's rollout (the pipeline's Dask chunks) sample on the shared server, each following the
+    feed; the update beside them lands while every trajectory is a few turns in. Then trajectories span the reload
+    (partial rollouts): their turns go from the start's policy to the new one, never back; the server reloads once; a
+    turn labelled dapo-1 has dapo-1's log-probs, and one labelled rft has rft's, or dapo-1's when its chunk had not yet
+    seen the other's reload (a label is never newer than the weights that sampled it); each trajectory's staleness
+    counts its oldest turn."""
+    import httpx
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from transformers import AutoModelForCausalLM
+
+    from swerl.inference.openai_engine import served_models
+    from swerl.inference.vllm_worker import SERVED
+    from swerl.rl.staleness import staleness
+    from swerl.rollout.policy_feed import announce
+    from swerl.stages.rollout import RolloutStage, SamplerConfig, run_rollout, stored_trajectories
+
+    def served() -> dict:
+        root = server.rstrip("/").removesuffix("/v1")
+        [record, *_] = httpx.post(root + "/collective_rpc", json={"method": SERVED}, timeout=60).json()["results"]
+        return record
+
+    start, new = checkpoints
+    feed = tmp_path / "policies.jsonl"
+    # the iteration's start, served before its chunks fan out (the pipeline's rollout stage does this)
+    OpenAIEngine(OpenAIEngineConfig(base_url=server, model=served_models(server)[0])).ensure_policy(start, "rft")
+    reloads = served()["reloads"]
+    tasks = sorted(demo_tasks)[:2]
+    stages = [RolloutStage(tasks=demo.tasks_file, repos=demo.repos_dir, model=str(start), tokenizer=str(tiny_model_dir),
+                           samples=2, out=tmp_path / f"chunk-{k}", grade=False, policy_version="rft", trains_from="dapo-1",
+                           instance_ids=[task], follow=feed,
+                           sampler=SamplerConfig(engine={"kind": "openai", "base_url": server}, concurrency=2,
+                                                 # the tiny policy's replies hold no command: long runs of them
+                                                 agent={"max_turns": 30, "max_format_errors": 30, "max_new_tokens": 16}))
+              for k, task in enumerate(tasks)]
+    before, landed = _completed_requests(server), threading.Event()
+
+    def land_after_four_turns() -> None:  # every trajectory is then one or two turns in
+        deadline = time.monotonic() + 300
+        while _completed_requests(server) < before + 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        announce(feed, "dapo-1", new)
+        landed.set()
+
+    lander = threading.Thread(target=land_after_four_turns, daemon=True)
+    lander.start()
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(run_rollout, stages))
+    lander.join(timeout=1)
+    assert landed.is_set()
+    assert [r.summary.policies_loaded for r in results] == [["dapo-1"], ["dapo-1"]]
+    assert (served()["version"], served()["reloads"]) == ("dapo-1", reloads + 1)  # one reload for both chunks
+
+    models = {v: AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32).eval() for v, p in (("rft", start), ("dapo-1", new))}
+    trajectories = [t for stage in stages for t in stored_trajectories(stage.out / "trajectories")]
+    assert len(trajectories) == 4 and all(any(t.action_mask) for t in trajectories), [t.error for t in trajectories]
+    spans, relabelled = 0, 0
+    for traj in trajectories:
+        labels = [turn.policy_version for turn in traj.turns if turn.n_action_tokens]
+        assert labels == sorted(labels, key=["rft", "dapo-1"].index), labels  # from the start to the new policy, never back
+        spans += len(set(labels)) == 2
+        for label, gaps in zip(labels, _turn_gaps(traj, models)):
+            assert gaps[label] <= LOGPROB_TOLERANCE or (label == "rft" and gaps["dapo-1"] <= LOGPROB_TOLERANCE), (label, gaps)
+            relabelled += gaps[label] > LOGPROB_TOLERANCE
+        assert traj.staleness == staleness(traj, "dapo-1") == (1 if "rft" in labels else 0)
+    print(f"\n{spans} of 4 trajectories span the reload; {relabelled} turn(s) labelled rft were sampled by dapo-1")
+    assert spans >= 1

@@ -16,6 +16,7 @@ from swerl.inference.base import EngineError, GenerationRequest, SamplingConfig,
 from swerl.inference.config import OpenAIEngineConfig
 from swerl.inference.openai_engine import OpenAIEngine
 from swerl.inference.openai_protocol import completion_body, finish_reason_of, normalize_base_url, parse_completion
+from swerl.inference.vllm_worker import LOCK, UNLOCK, VLLMWorkerExtension
 from swerl.inference.weights import read_checkpoint
 
 
@@ -182,6 +183,7 @@ class FakeServer:
         self.dev: dict | None = None  # None: no dev endpoints; else {"extension": bool, "fail": bool}
         self.events: list[str] = []  # "answered" per completion sent back, and the dev paths, in order
         self.served = {"checkpoint": None, "version": None, "reloads": 0}  # swerl's extension: the last reload
+        self.worker = VLLMWorkerExtension()  # its reload lock
         self.in_flight = self.max_in_flight = 0
         self.lock = threading.Lock()
         server = self
@@ -202,8 +204,10 @@ class FakeServer:
                 server.events.append(self.path)
                 if self.path != "/collective_rpc":
                     return self._send(200, {"status": "ok"})
-                if body["method"] == "swerl_reload_weights" and not server.dev["extension"]:
-                    return self._send(500, {"error": {"message": "Worker failed with error ''CPUWorker' object has no attribute 'swerl_reload_weights''"}})
+                if body["method"].startswith("swerl_") and not server.dev["extension"]:
+                    return self._send(500, {"error": {"message": f"Worker failed with error ''CPUWorker' object has no attribute '{body['method']}''"}})
+                if body["method"] in (LOCK, UNLOCK):  # the extension's own lock, as its workers keep it
+                    return self._send(200, {"results": [getattr(server.worker, body["method"])(*body["args"])]})
                 if body["method"] == "swerl_served_policy":  # what the extension's workers report
                     return self._send(200, {"results": [dict(server.served)]})
                 if server.dev["fail"]:
@@ -374,9 +378,10 @@ def test_load_weights_through_the_worker_extension(fake, tmp_path):
     engine.load_weights(ckpt, "4")
     assert engine.policy_version == "4"
     # then every worker is asked what it now serves
-    assert reload_calls(fake) == ["/pause?mode=wait", "swerl_reload_weights", "/reset_prefix_cache", "/resume", "/health",
-                                  "swerl_served_policy"]
-    assert [b for p, b in fake.requests if p == "/collective_rpc"][0]["args"] == [str(ckpt.resolve()), "4"]
+    assert reload_calls(fake) == [LOCK, "/pause?mode=wait", "swerl_reload_weights", "/reset_prefix_cache", "/resume", "/health",
+                                  "swerl_served_policy", UNLOCK]
+    [reload] = [b for p, b in fake.requests if p == "/collective_rpc" and b["method"] == "swerl_reload_weights"]
+    assert reload["args"] == [str(ckpt.resolve()), "4"]
 
 
 def test_load_weights_without_the_extension(fake, tmp_path):
@@ -388,7 +393,9 @@ def test_load_weights_without_the_extension(fake, tmp_path):
     fake.requests.clear()
     engine.load_weights(checkpoint(tmp_path / "untied", tied=False), "5")
     assert engine.policy_version == "5"
-    assert reload_calls(fake) == ["/pause?mode=wait", "swerl_reload_weights", "reload_weights", "/reset_prefix_cache", "/resume", "/health"]
+    # no extension, no lock: the server's one client reloads alone
+    assert reload_calls(fake) == [LOCK, "/pause?mode=wait", "swerl_reload_weights", "reload_weights", "/reset_prefix_cache",
+                                  "/resume", "/health"]
 
 
 def test_failed_reload_resumes_and_keeps_the_version(fake, tmp_path):
@@ -396,7 +403,39 @@ def test_failed_reload_resumes_and_keeps_the_version(fake, tmp_path):
     engine = OpenAIEngine(fast_config(fake.url, max_context=64), policy_version="3")
     with pytest.raises(EngineError, match="boom.*restart it"):
         engine.load_weights(checkpoint(tmp_path / "c", tied=False), "4")
-    assert engine.policy_version == "3" and reload_calls(fake)[-1] == "/resume"
+    assert engine.policy_version == "3" and reload_calls(fake)[-2:] == ["/resume", UNLOCK]  # resumed, the lock given back
+
+
+def test_two_clients_asking_for_one_policy_at_once_reload_it_once(fake, tmp_path):
+    """Two chunks of a rollout see a new policy on the feed at the same moment: the check of what the server serves and
+    the reload run under the server's reload lock, so the second finds the first's reload instead of reloading again."""
+    fake.dev = {"extension": True, "fail": False}
+    ckpt = checkpoint(tmp_path / "c", tied=False)
+    engines = [OpenAIEngine(fast_config(fake.url, max_context=64), policy_version="3") for _ in range(2)]
+    assert fake.worker.swerl_take_reload_lock("a third client", 60)["taken"]  # both wait for it
+    reloaded: list[bool] = []
+    threads = [threading.Thread(target=lambda e=e: reloaded.append(e.ensure_policy(ckpt, "4"))) for e in engines]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while sum(1 for p, b in fake.requests if b.get("method") == LOCK) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)  # both have asked for the lock at least twice
+    assert reloaded == [] and fake.worker.swerl_drop_reload_lock("a third client")["dropped"]
+    for t in threads:
+        t.join(timeout=10)
+    assert sorted(reloaded) == [False, True] and [e.policy_version for e in engines] == ["4", "4"]
+    assert [b["method"] for p, b in fake.requests if p == "/collective_rpc"].count("swerl_reload_weights") == 1
+
+
+def test_the_reload_lock_is_one_client_s_until_it_drops_it_or_its_time_runs_out():
+    worker = VLLMWorkerExtension()
+    assert worker.swerl_take_reload_lock("a", 60) == {"taken": True}
+    assert worker.swerl_take_reload_lock("b", 60) == {"taken": False}
+    assert worker.swerl_take_reload_lock("a", 60) == {"taken": True}  # its holder takes it again
+    assert worker.swerl_drop_reload_lock("b") == {"dropped": False}  # only the holder drops it
+    assert worker.swerl_drop_reload_lock("a") == {"dropped": True}
+    assert worker.swerl_take_reload_lock("b", 0) == {"taken": True}  # a holder that died: its time runs out
+    assert worker.swerl_take_reload_lock("c", 60) == {"taken": True}
 
 
 def test_load_weights_waits_for_requests_in_flight_and_tags_versions(fake, tmp_path):
@@ -404,11 +443,12 @@ def test_load_weights_waits_for_requests_in_flight_and_tags_versions(fake, tmp_p
     fake.reply = vllm_choice([1], [-1.0])
     fake.delay_s = 0.5
     engine = OpenAIEngine(fast_config(fake.url, max_context=64), policy_version="3")
+    ckpt = checkpoint(tmp_path / "c", tied=False)  # before the early request: writing it may take seconds on a busy machine
     results = {}
 
     async def rollouts():
         early = asyncio.create_task(engine.generate(GenerationRequest("early", [1], 1)))
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while not engine._updating and time.monotonic() < deadline:  # load_weights has begun, in the main thread
             await asyncio.sleep(0.005)
         late = await engine.generate(GenerationRequest("late", [1], 1))
@@ -419,11 +459,12 @@ def test_load_weights_waits_for_requests_in_flight_and_tags_versions(fake, tmp_p
     deadline = time.monotonic() + 10
     while fake.in_flight == 0 and time.monotonic() < deadline:  # the early request is at the server
         time.sleep(0.005)
-    engine.load_weights(checkpoint(tmp_path / "c", tied=False), "4")
-    worker.join(timeout=10)
+    engine.load_weights(ckpt, "4")
+    worker.join(timeout=30)
     early, late = results["gens"]
     assert early.policy_version == "3" and late.policy_version == "4"
-    assert fake.events[:2] == ["answered", "/pause?mode=wait"]  # the early request was answered first
+    # the early request was answered before the server was paused (the lock taken meanwhile or before)
+    assert [e for e in fake.events if e != "/collective_rpc"][:2] == ["answered", "/pause?mode=wait"]
 
 
 def test_load_weights_from_the_loop_with_requests_in_flight_is_refused(fake, tmp_path):
@@ -534,8 +575,8 @@ def test_ensure_policy_reloads_only_what_the_server_does_not_already_serve(fake,
     ckpt = checkpoint(tmp_path / "c", tied=False)
     assert engine.ensure_policy(ckpt, "1") is True and engine.policy_version == "1"
     fake.requests.clear()
-    assert engine.ensure_policy(ckpt, "1") is False  # asked once, not reloaded
-    assert reload_calls(fake) == ["swerl_served_policy"]
+    assert engine.ensure_policy(ckpt, "1") is False  # asked once, under the reload lock, not reloaded
+    assert reload_calls(fake) == [LOCK, "swerl_served_policy", UNLOCK]
     fake.served = {"checkpoint": str(ckpt.resolve()), "version": "other", "reloads": 1}  # someone else's reload
     assert engine.ensure_policy(ckpt, "1") is True
 
