@@ -100,6 +100,7 @@ def _iteration(folder: Path, ledger: dict, concurrency: int, grading_each: float
     """One DAPO iteration's trajectories (slot and generation seconds), gradings and update seconds: each one's wait
     for its verdict and the update's own wall time as the run recorded them (``grading_s``, ``times``), else
     estimated as below."""
+    from swerl.orchestration.results import IterationTimes
     from swerl.rollout.store import TrajectoryStore
 
     rows = TrajectoryStore(folder / "rollout" / "trajectories").table().select(
@@ -115,7 +116,7 @@ def _iteration(folder: Path, ledger: dict, concurrency: int, grading_each: float
         grading = _estimated_grading(summary, sampling, concurrency, grading_each)
     return {"sampling": sampling, "generation": [min(r["generation_s"], s) for r, s in zip(rows, sampling)],
             "grading": grading, "train_s": max(train_s, 0.0), "train_from": train_from,
-            "hidden_s": (times or {}).get("hidden_s") or 0.0}
+            "hidden_s": IterationTimes.model_validate(times).hidden_s if times else 0.0}
 
 
 def _estimated_update(folder: Path, seconds: float | None, summary: dict) -> tuple[float, str]:
