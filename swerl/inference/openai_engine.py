@@ -52,6 +52,11 @@ from swerl.inference.weights import read_checkpoint
 # ----- the engine ---------------------------------------------------------------------------------
 
 
+def _lacks_method(error: str, method: str) -> bool:
+    """Whether a failed ``/collective_rpc`` says the server's workers have no ``method`` (no swerl extension)."""
+    return method in error and ("attribute" in error or "not implemented" in error)
+
+
 @dataclass
 class _LoopState:
     client: httpx.AsyncClient
@@ -194,7 +199,7 @@ class OpenAIEngine:
             response = send(http, "POST", url, self._sync_retry, json={"method": LOCK, "args": [owner, ttl]})
             if response.status_code >= 400:
                 text = error_text(response)
-                if response.status_code == 404 or (LOCK in text and ("attribute" in text or "not implemented" in text)):
+                if response.status_code == 404 or _lacks_method(text, LOCK):
                     yield  # plain vLLM (or no dev endpoints: the first reload call says so)
                     return
                 raise EngineError(f"POST {url} {LOCK} failed (HTTP {response.status_code}): {text}")
@@ -329,7 +334,7 @@ class OpenAIEngine:
         if response.status_code < 400:
             return True
         text = error_text(response)
-        if not (RELOAD in text and ("attribute" in text or "not implemented" in text)):
+        if not _lacks_method(text, RELOAD):
             raise EngineError(f"reloading {ckpt} failed (HTTP {response.status_code}): {text}. The server may be unusable now: restart it.")
         if tied:
             raise EngineError(

@@ -48,16 +48,15 @@ def stage(store, model, out, max_staleness: int, dtype: str = "auto", trainer: d
 def launched(stage_config: DAPOStage, where: Path, nproc: int = 1) -> None:
     """Run the update in processes of its own (DeepSpeed's process group wants them): one plain process, or ``nproc``
     under torchrun, each running ``swerl.stages.train_worker`` on the stage's JSON."""
-    import os
     import subprocess
     import sys
+
+    from test_trainers import env  # DeepSpeed's compiled op, cached where every run finds it
 
     where.write_text(stage_config.model_dump_json())
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)] \
         if nproc > 1 else [sys.executable]
-    env = {**os.environ, "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR",
-                                                                str(Path.home() / ".cache/swerl/torch_extensions"))}
-    done = subprocess.run([*launcher, "-m", "swerl.stages.train_worker", "dapo", str(where)], env=env, capture_output=True,
+    done = subprocess.run([*launcher, "-m", "swerl.stages.train_worker", "dapo", str(where)], env=env(), capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
 
