@@ -20,6 +20,11 @@ _RESERVED_ENGINE_ARGS = frozenset({
 })
 
 
+def chunked_prefill_on(setting: bool | None, on_cpu: bool) -> bool:
+    """``chunked_prefill`` on this platform: as set, else off on CPU (see ``VLLMSettings.chunked_prefill``)."""
+    return setting if setting is not None else not on_cpu
+
+
 class VLLMSettings(DtypeSettings):
     """How vLLM runs a model, in process or as the pipeline's server. ``None`` means: the right value for the
     platform (CPU or GPU). dtype (--dtype) 'auto': float32 on CPU (vLLM's own 'auto' would run a float32 checkpoint in
@@ -49,7 +54,7 @@ class VLLMSettings(DtypeSettings):
 
     def chunked(self, on_cpu: bool) -> bool:
         """Whether vLLM may split a prompt's prefill across steps on this platform."""
-        return self.chunked_prefill if self.chunked_prefill is not None else not on_cpu
+        return chunked_prefill_on(self.chunked_prefill, on_cpu)
 
     def vllm_dtype(self, on_cpu: bool) -> str:
         """The dtype vLLM is given on this platform ('auto' made float32 on a CPU)."""

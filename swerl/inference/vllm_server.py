@@ -41,6 +41,7 @@ from pathlib import Path
 import httpx
 
 from swerl.inference.base import EngineError
+from swerl.inference.vllm_config import chunked_prefill_on
 from swerl.inference.vllm_worker import WORKER_EXTENSION
 from swerl.inference.weights import read_config
 from swerl.util.processes import ProcessGroupError, stop_group
@@ -160,8 +161,7 @@ class VLLMServer:
         except EngineError as e:
             raise VLLMServerError(str(e)) from e
         _check_cpu_head_size(self.model_dir)
-        if chunked_prefill is None:
-            chunked_prefill = not _on_cpu()
+        chunked_prefill = chunked_prefill_on(chunked_prefill, _on_cpu())
         self.port = port or free_port(host)
         if log_path is None:
             fd, name = tempfile.mkstemp(prefix=f"swerl-vllm-{self.port}-", suffix=".log")
